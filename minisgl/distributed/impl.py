@@ -1,0 +1,100 @@
+"""The all-reduce / all-gather seam: layers call two functions, a plugin list decides who runs them.
+
+`DistributedCommunicator.plugins` is a list whose last entry wins, as in mini-SGLang: the engine
+appends `TorchDistributedImpl` (gloo or NCCL under torch.distributed) and, on GPUs, may append
+PyNCCL on top. Layers never learn which one runs (chapter 03). Every call is also counted, so
+chapter 07 can show the 2 * layers + 1 all-reduces and 1 all-gather of one forward.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Protocol
+
+import torch
+import torch.distributed as dist
+
+from .info import get_tp_info
+
+
+class DistributedImpl(Protocol):
+    """One way of running collectives over the TP group."""
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """Sum `x` over all ranks; every rank gets the sum (may reuse `x`'s storage)."""
+        ...
+
+    def all_gather(self, x: torch.Tensor) -> torch.Tensor:
+        """Concatenate every rank's `x` along dim 0 in rank order: [n, ...] -> [size * n, ...]."""
+        ...
+
+
+class TorchDistributedImpl:
+    """Collectives through torch.distributed on a process group (gloo on CPU, NCCL on GPUs)."""
+
+    def __init__(self, group: dist.ProcessGroup | None = None) -> None:
+        self.group = group
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(x, op=dist.ReduceOp.SUM, group=self.group)
+        return x
+
+    def all_gather(self, x: torch.Tensor) -> torch.Tensor:
+        size = dist.get_world_size(self.group)
+        # The list form works on every backend; gloo has no all_gather_into_tensor.
+        parts = [torch.empty_like(x) for _ in range(size)]
+        dist.all_gather(parts, x.contiguous(), group=self.group)
+        return torch.cat(parts, dim=0)
+
+
+class DistributedCommunicator:
+    """Routes collectives to the last registered plugin and counts them."""
+
+    plugins: list[DistributedImpl] = []
+    counts: Counter[str] = Counter()
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        self.counts["all_reduce"] += 1
+        if get_tp_info().size == 1:
+            return x
+        return self.plugins[-1].all_reduce(x)
+
+    def all_gather(self, x: torch.Tensor) -> torch.Tensor:
+        self.counts["all_gather"] += 1
+        if get_tp_info().size == 1:
+            return x
+        return self.plugins[-1].all_gather(x)
+
+
+_COMM = DistributedCommunicator()
+
+
+def all_reduce(x: torch.Tensor) -> torch.Tensor:
+    """Sum `x` across the TP group (identity at tp = 1)."""
+    return _COMM.all_reduce(x)
+
+
+def all_gather(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate `x` from every TP rank along dim 0 (identity at tp = 1)."""
+    return _COMM.all_gather(x)
+
+
+def enable_torch_distributed(group: dist.ProcessGroup | None = None) -> None:
+    """Make torch.distributed on `group` the active collective implementation."""
+    DistributedCommunicator.plugins.append(TorchDistributedImpl(group))
+
+
+def collective_counts() -> dict[str, int]:
+    """How many all-reduces and all-gathers passed through the seam since the last reset."""
+    return {"all_reduce": _COMM.counts["all_reduce"], "all_gather": _COMM.counts["all_gather"]}
+
+
+def reset_collective_counts() -> None:
+    _COMM.counts.clear()
+
+
+def destroy_distributed() -> None:
+    """Drop every plugin, then the torch.distributed group (graphs and plugins go first)."""
+    DistributedCommunicator.plugins.clear()
+    if dist.is_initialized():
+        dist.destroy_process_group()

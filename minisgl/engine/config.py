@@ -1,0 +1,26 @@
+"""`EngineConfig`: everything one rank's engine needs to build itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from minisgl.distributed import DistributedInfo
+
+
+@dataclass
+class EngineConfig:
+    model_path: Path
+    tp_info: DistributedInfo = field(default_factory=lambda: DistributedInfo(0, 1))
+    device: str = "cpu"  # "cpu" or "cuda"; rank r of a CUDA run uses cuda:{r % device_count}
+    dtype: str = "auto"  # auto: bf16 on CUDA and on CPUs with native bf16, else fp32
+    page_size: int = 1
+    num_pages: int | None = None  # KV pages; None sizes the pool from kv_memory_gb / free memory
+    kv_memory_gb: float | None = None
+    attention_backend: str = "torch"
+    dist_backend: str = "gloo"
+    dist_init_addr: str = "tcp://127.0.0.1:0"  # the launcher fills a free port for tp > 1
+    dist_timeout_s: float = 600.0
+    load_format: str = "safetensors"  # or "dummy": random weights from config.json alone
+    seed: int = 0
+    progress: bool = True

@@ -1,0 +1,5 @@
+"""Where keys and values live between steps: a pool of fixed-size pages, handed to requests."""
+
+from .page_pool import KVCachePool, PageAllocator, OutOfPagesError
+
+__all__ = ["KVCachePool", "OutOfPagesError", "PageAllocator"]

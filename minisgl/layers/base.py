@@ -1,0 +1,87 @@
+"""`BaseOP`: a layer is plain tensors plus child layers; its state dict is read off its attributes.
+
+No nn.Module machinery: inference needs no autograd, hooks or buffers. Public tensor attributes
+are weights, public `BaseOP` / `OPList` attributes are children, and names starting with `_` are
+private (caches, tied references). The dotted names match Hugging Face checkpoints after the
+loader's q/k/v and gate/up merges (chapter 04).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Generic, TypeVar
+
+import torch
+
+
+class BaseOP:
+    """Base of every layer and model: state dict derived from public attributes."""
+
+    def named_children(self) -> Iterator[tuple[str, BaseOP]]:
+        for name, value in vars(self).items():
+            if not name.startswith("_") and isinstance(value, BaseOP):
+                yield name, value
+
+    def state_dict(self, prefix: str = "") -> dict[str, torch.Tensor]:
+        """Every weight tensor of this op and its children, by dotted name."""
+        state: dict[str, torch.Tensor] = {}
+        for name, value in vars(self).items():
+            if name.startswith("_"):
+                continue
+            if isinstance(value, torch.Tensor):
+                state[prefix + name] = value
+            elif isinstance(value, BaseOP):
+                state.update(value.state_dict(f"{prefix}{name}."))
+        return state
+
+    def set_weight(self, dotted_name: str, tensor: torch.Tensor) -> None:
+        """Replace the weight at `dotted_name` (e.g. `layers.3.mlp.down_proj.weight`)."""
+        owner_path, _, attr = dotted_name.rpartition(".")
+        owner: BaseOP = self
+        for part in owner_path.split(".") if owner_path else []:
+            owner = owner[int(part)] if isinstance(owner, OPList) else getattr(owner, part, None)
+            if not isinstance(owner, BaseOP):
+                raise KeyError(f"unexpected weight {dotted_name!r}: no layer at {part!r}")
+        current = getattr(owner, attr, None)
+        if not isinstance(current, torch.Tensor) or attr.startswith("_"):
+            raise KeyError(f"unexpected weight {dotted_name!r}")
+        if current.shape != tensor.shape:
+            raise ValueError(
+                f"weight {dotted_name!r} has shape {tuple(tensor.shape)}, "
+                f"this rank expects {tuple(current.shape)}"
+            )
+        setattr(owner, attr, tensor)
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Load every weight; missing or unexpected names are errors."""
+        expected = set(self.state_dict())
+        missing = expected - set(state)
+        if missing:
+            raise KeyError(f"missing weights: {sorted(missing)[:5]}")
+        for name, tensor in state.items():
+            self.set_weight(name, tensor)
+
+
+OP = TypeVar("OP", bound=BaseOP)
+
+
+class OPList(BaseOP, Generic[OP]):
+    """A list of layers whose state-dict names are their indices: `layers.0.…`, `layers.1.…`."""
+
+    def __init__(self, ops: Sequence[OP]) -> None:
+        self._ops = list(ops)
+
+    def __getitem__(self, index: int) -> OP:
+        return self._ops[index]
+
+    def __iter__(self) -> Iterator[OP]:
+        return iter(self._ops)
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def state_dict(self, prefix: str = "") -> dict[str, torch.Tensor]:
+        state: dict[str, torch.Tensor] = {}
+        for index, op in enumerate(self._ops):
+            state.update(op.state_dict(f"{prefix}{index}."))
+        return state

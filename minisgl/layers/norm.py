@@ -1,0 +1,26 @@
+"""RMSNorm, with the residual add fused in: `x + residual` is both normalized and carried on."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .base import BaseOP
+
+
+class RMSNorm(BaseOP):
+    """y = x / sqrt(mean(x^2) + eps) * weight, over the last dim (replicated on every rank)."""
+
+    def __init__(self, hidden_size: int, eps: float) -> None:
+        self.eps = eps
+        self.weight = torch.empty(hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+
+    def forward_with_residual(
+        self, x: torch.Tensor, residual: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add the residual stream first (when there is one), then normalize; return both."""
+        residual = x if residual is None else x + residual
+        return self.forward(residual), residual

@@ -1,0 +1,138 @@
+"""`LLM`: generate from Python without a server. At tp = 1 the scheduler runs in this process; at
+tp > 1 every rank is a real spawned process, as in the server (chapter 00)."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoTokenizer
+
+from minisgl.core import SamplingParams
+from minisgl.distributed import DistributedInfo
+from minisgl.message import GenerateRequest, TokenOutput
+from minisgl.models.config import ModelConfig
+from minisgl.scheduler import SchedulerConfig
+from minisgl.server.ranks import check_tp_fits_machine
+
+from .backends import InProcessBackend, MultiProcessBackend
+
+
+@dataclass
+class RequestOutput:
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str
+    finish_reason: str | None
+
+
+class LLM:
+    """An engine on `model` (None: the embedded SmolLM2) with `tp_size` ranks on `device`."""
+
+    def __init__(
+        self, model: str | Path | None = None, tp_size: int = 1, device: str = "cpu", dtype: str = "auto", **engine_args: Any
+    ) -> None:
+        if model is None:
+            from minisgl.models.default_model import ensure_default_model
+
+            model = ensure_default_model()
+        self.model_path = Path(model)
+        self.model_config = ModelConfig.from_dir(self.model_path)  # bad dirs fail here, before any spawn
+        self.model_config.check_tp_size(tp_size)
+        check_tp_fits_machine(tp_size, device)
+        known = {f.name for f in fields(SchedulerConfig)}
+        unknown = sorted(set(engine_args) - known)
+        if unknown:
+            raise TypeError(f"unknown engine argument(s) {unknown}; known: {sorted(known - {'model_path', 'tp_info'})}")
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        config = SchedulerConfig(
+            model_path=self.model_path, tp_info=DistributedInfo(0, tp_size), device=device, dtype=dtype, **engine_args
+        )
+        self._backend = InProcessBackend(config) if tp_size == 1 else MultiProcessBackend(config)
+        self._uids = itertools.count()
+
+    def generate(
+        self,
+        prompts: str | list[int] | list[str] | list[list[int]],
+        sampling_params: SamplingParams | list[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
+        """Complete each prompt (a string or a list of token ids); outputs come back in prompt order."""
+        batch = _as_prompt_list(prompts)
+        params = sampling_params if isinstance(sampling_params, list) else [sampling_params or SamplingParams()] * len(batch)
+        if len(params) != len(batch):
+            raise ValueError(f"{len(batch)} prompts but {len(params)} sampling params")
+        requests = [GenerateRequest(next(self._uids), self._token_ids(p), sp) for p, sp in zip(batch, params)]
+        for request in requests:
+            self._check_length(request.input_ids)
+        tokens = self._run(requests)
+        return [
+            RequestOutput(
+                request.input_ids,
+                tokens[request.uid][0],
+                self.tokenizer.decode(tokens[request.uid][0], skip_special_tokens=True),
+                tokens[request.uid][1],
+            )
+            for request in requests
+        ]
+
+    def chat(
+        self, messages: list[dict[str, str]] | list[list[dict[str, str]]], sampling_params: SamplingParams | None = None
+    ) -> list[RequestOutput]:
+        """Apply the model's chat template to one conversation (or several), then generate."""
+        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        prompts = [
+            self.tokenizer.apply_chat_template(conv, add_generation_prompt=True, tokenize=False) for conv in conversations
+        ]
+        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        return self.generate(ids, sampling_params)
+
+    def _token_ids(self, prompt: str | list[int]) -> list[int]:
+        return list(prompt) if isinstance(prompt, list) else self.tokenizer(prompt)["input_ids"]
+
+    def _check_length(self, input_ids: list[int]) -> None:
+        context = self.model_config.max_position_embeddings
+        if not input_ids:
+            raise ValueError("a prompt is empty")
+        if len(input_ids) >= context:
+            raise ValueError(f"a prompt has {len(input_ids)} tokens; this model's context is {context} tokens")
+
+    def _run(self, requests: list[GenerateRequest]) -> dict[int, tuple[list[int], str | None]]:
+        self._backend.submit(list(requests))
+        tokens: dict[int, list[int]] = {r.uid: [] for r in requests}
+        finished: dict[int, tuple[list[int], str | None]] = {}
+        while len(finished) < len(requests):
+            for output in self._backend.collect():
+                self._absorb(output, tokens, finished)
+        return finished
+
+    @staticmethod
+    def _absorb(output: TokenOutput, tokens: dict[int, list[int]], finished: dict) -> None:
+        if output.error is not None:
+            raise ValueError(output.error)
+        tokens[output.uid] += output.token_ids
+        if output.finished:
+            finished[output.uid] = (tokens[output.uid], output.finish_reason)
+
+    def shutdown(self) -> None:
+        backend, self._backend = getattr(self, "_backend", None), None
+        if backend is not None:
+            backend.close()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def __del__(self) -> None:
+        self.shutdown()
+
+
+def _as_prompt_list(prompts: Any) -> list[str | list[int]]:
+    if isinstance(prompts, str):
+        return [prompts]
+    if prompts and isinstance(prompts[0], int):
+        return [list(prompts)]
+    return list(prompts)

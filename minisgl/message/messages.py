@@ -1,0 +1,70 @@
+"""The messages between frontend, schedulers and detokenizer, as plain dataclasses.
+
+On the wire each is a msgpack map `{"type": <class name>, **fields}`: explicit, language-neutral,
+and safe to decode (unlike pickle, a message cannot run code on the receiver).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Union
+
+import msgpack
+
+from minisgl.core import SamplingParams
+
+
+@dataclass
+class GenerateRequest:
+    """Frontend -> rank-0 scheduler: a tokenized prompt to complete."""
+
+    uid: int
+    input_ids: list[int]
+    sampling: SamplingParams
+
+
+@dataclass
+class AbortRequest:
+    """Frontend -> scheduler: stop `uid` and free its KV pages (e.g. the client went away)."""
+
+    uid: int
+
+
+@dataclass
+class ShutdownRequest:
+    """Frontend -> every scheduler: leave the loop and exit."""
+
+
+@dataclass
+class TokenOutput:
+    """Rank-0 scheduler -> frontend/detokenizer: new tokens of `uid`, and whether it finished."""
+
+    uid: int
+    token_ids: list[int]
+    finished: bool = False
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
+    error: str | None = None
+    prompt_tokens: int = 0
+
+
+Message = Union[GenerateRequest, AbortRequest, ShutdownRequest, TokenOutput]
+_TYPES: dict[str, type] = {cls.__name__: cls for cls in (GenerateRequest, AbortRequest, ShutdownRequest, TokenOutput)}
+
+
+def register_message(cls: type) -> type:
+    """Let another part of minisgl send its own dataclass over the same wire format."""
+    _TYPES[cls.__name__] = cls
+    return cls
+
+
+def encode_message(message: Any) -> bytes:
+    return msgpack.packb({"type": type(message).__name__, **asdict(message)})
+
+
+def decode_message(data: bytes) -> Any:
+    raw: dict[str, Any] = msgpack.unpackb(data)
+    cls = _TYPES[raw.pop("type")]
+    if cls is GenerateRequest:
+        raw["sampling"] = SamplingParams(**raw["sampling"])
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in raw.items() if k in names})

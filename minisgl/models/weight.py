@@ -1,0 +1,148 @@
+"""Streaming weight loading: shard each checkpoint tensor for this rank first, then merge
+q/k/v -> qkv_proj and gate/up -> gate_up_proj (chapter 04).
+
+Only one full tensor is in host memory at a time (the one just read), plus the shards waiting in
+the merge buffer for their partners; the whole checkpoint never is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import safetensors
+import torch
+from tqdm.auto import tqdm
+
+from minisgl.layers import kv_head_offset, local_kv_heads, vocab_shard_size
+
+from .config import ModelConfig, ModelError
+
+COLUMN_PARALLEL = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")  # split dim 0 (outputs)
+ROW_PARALLEL = ("o_proj", "down_proj")  # split dim 1 (inputs); their biases stay whole
+VOCAB_PARALLEL = ("embed_tokens", "lm_head")  # split dim 0 (vocab rows), padded to tp * shard_size
+
+# checkpoint projection -> (fused projection, position inside it)
+MERGE_SLOTS: dict[str, tuple[str, int]] = {
+    "q_proj": ("qkv_proj", 0),
+    "k_proj": ("qkv_proj", 1),
+    "v_proj": ("qkv_proj", 2),
+    "gate_proj": ("gate_up_proj", 0),
+    "up_proj": ("gate_up_proj", 1),
+}
+MERGE_SIZES = {"qkv_proj": 3, "gate_up_proj": 2}
+
+
+def _module_name(tensor_name: str) -> str:
+    """`model.layers.0.self_attn.q_proj.weight` -> `q_proj`."""
+    parts = tensor_name.split(".")
+    return parts[-2] if len(parts) >= 2 else ""
+
+
+def shard_tensor(name: str, tensor: torch.Tensor, rank: int, tp_size: int, config: ModelConfig) -> torch.Tensor:
+    """The part of checkpoint tensor `name` that rank `rank` of `tp_size` holds (a fresh copy)."""
+    module = _module_name(name)
+    is_weight = name.endswith(".weight")
+    if module in ("k_proj", "v_proj"):
+        # By KV head, not an even chunk: with fewer KV heads than ranks, neighbours share one head.
+        num_local = local_kv_heads(config.num_kv_heads, tp_size)
+        first_head = kv_head_offset(rank, config.num_kv_heads, tp_size)
+        return tensor.narrow(0, first_head * config.head_dim, num_local * config.head_dim).clone()
+    if module in COLUMN_PARALLEL:
+        return tensor.chunk(tp_size, dim=0)[rank].clone()
+    if module in ROW_PARALLEL and is_weight:
+        return tensor.chunk(tp_size, dim=1)[rank].clone()
+    if module in VOCAB_PARALLEL:
+        shard_size = vocab_shard_size(config.vocab_size, tp_size)
+        start = rank * shard_size
+        rows = tensor[start : min(start + shard_size, config.vocab_size)]
+        shard = torch.zeros(shard_size, *tensor.shape[1:], dtype=tensor.dtype)  # padding rows stay 0
+        shard[: rows.shape[0]] = rows
+        return shard
+    return tensor.clone()  # norms and row-parallel biases: every rank keeps the whole tensor
+
+
+def merged_name(name: str) -> tuple[str, int] | None:
+    """(fused tensor name, slot) for a tensor that is merged, else None."""
+    module = _module_name(name)
+    if module not in MERGE_SLOTS:
+        return None
+    fused, slot = MERGE_SLOTS[module]
+    return name.replace(f".{module}.", f".{fused}."), slot
+
+
+def checkpoint_files(model_dir: Path) -> list[Path]:
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [model_dir / shard for shard in shards]
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise ModelError(f"'{model_dir}' has no *.safetensors weights (use --load-format dummy for random weights)")
+    return files
+
+
+def iter_checkpoint(model_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor of the checkpoint, read one at a time."""
+    for path in checkpoint_files(model_dir):
+        with safetensors.safe_open(str(path), framework="pt", device="cpu") as f:
+            for name in f.keys():
+                yield name, f.get_tensor(name)
+
+
+def load_weights(
+    model_dir: Path,
+    config: ModelConfig,
+    rank: int,
+    tp_size: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    progress: bool = True,
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield (engine weight name, local tensor on `device`), sharded then merged, one at a time."""
+    merge_buffer: dict[str, dict[int, torch.Tensor]] = {}
+    tensors = tqdm(
+        iter_checkpoint(model_dir),
+        total=count_tensors(model_dir),
+        desc=f"Loading weights (rank {rank})",
+        unit="tensor",
+        disable=not progress,
+        leave=False,
+    )
+    for name, full in tensors:
+        if "rotary_emb" in name or (config.tie_word_embeddings and name.startswith("lm_head.")):
+            continue  # recomputed at start-up / shared with the embedding
+        local = shard_tensor(name, full, rank, tp_size, config).to(dtype)
+        del full  # from here on only the shard is alive
+        merge = merged_name(name)
+        if merge is None:
+            yield name, local.to(device)
+            continue
+        fused, slot = merge
+        parts = merge_buffer.setdefault(fused, {})
+        parts[slot] = local
+        if len(parts) == MERGE_SIZES[fused.split(".")[-2]]:
+            del merge_buffer[fused]
+            yield fused, torch.cat([parts[i] for i in range(len(parts))], dim=0).to(device)
+    if merge_buffer:
+        raise ModelError(f"checkpoint is missing parts of {sorted(merge_buffer)[:3]}")
+
+
+def count_tensors(model_dir: Path) -> int:
+    total = 0
+    for path in checkpoint_files(model_dir):
+        with safetensors.safe_open(str(path), framework="pt", device="cpu") as f:
+            total += len(f.keys())
+    return total
+
+
+def load_dummy_weights(model, dtype: torch.dtype, device: torch.device, seed: int) -> None:
+    """Random weights for every tensor of `model` (benchmarks of shapes without a checkpoint)."""
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    for name, meta in model.state_dict().items():
+        if name.endswith("norm.weight"):
+            tensor = torch.ones(meta.shape)
+        else:
+            tensor = torch.randn(meta.shape, generator=generator) * 0.02
+        model.set_weight(name, tensor.to(dtype=dtype, device=device))

@@ -1,0 +1,7 @@
+"""The per-rank scheduling loop and how it receives messages (chapters 02 and 06)."""
+
+from .config import SchedulerConfig
+from .io import LocalIO, SchedulerIO, ZmqIO
+from .scheduler import Scheduler
+
+__all__ = ["LocalIO", "Scheduler", "SchedulerConfig", "SchedulerIO", "ZmqIO"]

@@ -1,0 +1,47 @@
+"""The body of one scheduler rank process: build the engine, report ready (or why not), loop."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from multiprocessing.queues import Queue
+
+from minisgl.engine.engine import Engine
+
+from .config import SchedulerConfig
+from .io import ZmqIO
+from .scheduler import Scheduler
+
+
+def run_scheduler_process(config: SchedulerConfig, ack_queue: Queue) -> None:
+    """Entry point of rank `config.tp_info.rank`. Puts ("ready" | "error", rank, detail) on `ack_queue`."""
+    rank = config.tp_info.rank
+    logging.basicConfig(level=os.environ.get("MINISGL_LOG_LEVEL", "WARNING"), format=f"[rank {rank}] %(message)s")
+    _exit_when_parent_dies()
+    try:
+        engine = Engine(config)
+        io = ZmqIO(config.tp_info, engine.cpu_group, config.requests_addr, config.outputs_addr, config.broadcast_addr)
+        scheduler = Scheduler(config, engine, io)
+    except Exception as error:  # reported to the launcher, which names this rank and stops the rest
+        ack_queue.put(("error", rank, f"{type(error).__name__}: {error}"))
+        raise SystemExit(1) from None
+    ack_queue.put(("ready", rank, f"{engine.kv_pool.allocator.num_pages} KV pages"))
+    try:
+        scheduler.run_forever()
+    finally:
+        io.close()
+        engine.shutdown()
+
+
+def _exit_when_parent_dies() -> None:
+    """No orphans: if the launching process disappears (even by kill -9), this rank exits too."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watchdog").start()

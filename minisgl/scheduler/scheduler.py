@@ -1,0 +1,164 @@
+"""The per-rank scheduler loop: receive messages, admit requests, pick a batch, run it, reply.
+
+Every rank runs this same loop on the same messages in the same order (rank 0 broadcasts them),
+so every rank takes the same decisions without asking the others (chapter 06):
+- prefill first: continue half-prefilled prompts, then admit waiting ones FIFO while the token
+  budget, the running-request limit and the KV pool allow; a prompt longer than the budget is
+  chunked over several steps;
+- otherwise decode every running request, sorted by uid.
+Admission reserves KV pages for the prompt plus `max_tokens`, so a running request never runs out.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+
+from minisgl.core import Batch, Req
+from minisgl.engine.engine import Engine
+from minisgl.engine.sampler import make_generator
+from minisgl.message import AbortRequest, GenerateRequest, Message, ShutdownRequest, TokenOutput
+
+from .batch import make_decode_batch, make_prefill_batch
+from .config import SchedulerConfig
+from .io import SchedulerIO
+
+logger = logging.getLogger(__name__)
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, engine: Engine, io: SchedulerIO) -> None:
+        self.config = config
+        self.engine = engine
+        self.io = io
+        self.pool = engine.kv_pool
+        self.context_len = engine.model_config.max_position_embeddings
+        self.eos_ids = set(engine.model_config.eos_token_ids)
+        self.waiting: deque[Req] = deque()
+        self.prefilling: list[Req] = []  # admitted, prompt not fully in the KV cache yet
+        self.running: dict[int, Req] = {}  # decoding
+        self.stopped = False
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.prefilling or self.running)
+
+    def run_forever(self) -> None:
+        while not self.stopped:
+            self.step()
+
+    def step(self) -> None:
+        """Receive, schedule one batch, run it, send the new tokens."""
+        for message in self.io.receive(blocking=not self.has_work):
+            self._handle(message)
+        batch = self._schedule_prefill() or self._schedule_decode()
+        if batch is not None:
+            tokens = self.engine.forward(batch)
+            self.io.send(self._process_results(batch, tokens))
+
+    # ---- messages -------------------------------------------------------------------------
+    def _handle(self, message: Message) -> None:
+        if isinstance(message, GenerateRequest):
+            self._add_request(message)
+        elif isinstance(message, AbortRequest):
+            self._abort(message.uid)
+        elif isinstance(message, ShutdownRequest):
+            self.stopped = True
+
+    def _add_request(self, message: GenerateRequest) -> None:
+        prompt_len = len(message.input_ids)
+        max_total = min(prompt_len + message.sampling.max_tokens, self.context_len)
+        error = None
+        if prompt_len == 0:
+            error = "the prompt is empty"
+        elif prompt_len >= self.context_len:
+            error = f"the prompt has {prompt_len} tokens; this model's context is {self.context_len}"
+        elif self.pool.pages_for(max_total) > self.pool.allocator.num_pages - 1:
+            capacity = (self.pool.allocator.num_pages - 1) * self.pool.page_size
+            error = f"the request needs {max_total} KV slots; the cache holds {capacity} (raise the KV budget)"
+        if error is not None:
+            self.io.send([TokenOutput(message.uid, [], True, "error", error, prompt_len)])
+            return
+        seed = message.sampling.seed if message.sampling.seed is not None else self.config.seed + message.uid
+        self.waiting.append(
+            Req(message.uid, list(message.input_ids), message.sampling, max_total, generator=make_generator(seed))
+        )
+
+    def _abort(self, uid: int) -> None:
+        for req in [*self.waiting, *self.prefilling, *self.running.values()]:
+            if req.uid == uid:
+                self._finish(req)
+                self.io.send([TokenOutput(uid, [], True, "abort", None, len(req.input_ids))])
+                return
+
+    # ---- scheduling -----------------------------------------------------------------------
+    def _schedule_prefill(self) -> Batch | None:
+        budget = self.config.max_prefill_tokens
+        reqs: list[Req] = []
+        chunks: list[int] = []
+        for req in self.prefilling:  # half-prefilled prompts continue first
+            if budget == 0:
+                break
+            chunk = min(len(req.input_ids) - req.cached_len, budget)
+            reqs.append(req)
+            chunks.append(chunk)
+            budget -= chunk
+        while budget > 0 and self.waiting and self._num_admitted() < self.config.max_running_requests:
+            req = self.waiting[0]
+            pages = self.pool.pages_for(req.max_total_len)
+            if pages > self.pool.allocator.num_free:
+                break  # FIFO: later requests wait behind this one until pages free up
+            self.waiting.popleft()
+            req.pages = self.pool.allocator.allocate(pages)
+            self.prefilling.append(req)
+            chunk = min(len(req.input_ids), budget)
+            reqs.append(req)
+            chunks.append(chunk)
+            budget -= chunk
+        if not reqs:
+            return None
+        return make_prefill_batch(reqs, chunks, self.pool, self.engine.device)
+
+    def _schedule_decode(self) -> Batch | None:
+        if not self.running:
+            return None
+        reqs = sorted(self.running.values(), key=lambda r: r.uid)  # same order on every rank
+        return make_decode_batch(reqs, self.pool, self.engine.device)
+
+    def _num_admitted(self) -> int:
+        return len(self.prefilling) + len(self.running)
+
+    # ---- results --------------------------------------------------------------------------
+    def _process_results(self, batch: Batch, tokens: list[int]) -> list[TokenOutput]:
+        outputs: list[TokenOutput] = []
+        for req, extend, token in zip(batch.reqs, batch.extend_lens, tokens):
+            req.cached_len += extend
+            if not req.prefill_done:
+                continue  # a middle chunk: its sample is meaningless, the prompt goes on next step
+            if batch.phase == "prefill":
+                self.prefilling.remove(req)
+                self.running[req.uid] = req
+            req.output_ids.append(token)
+            reason = self._finish_reason(req, token)
+            if reason is not None:
+                self._finish(req)
+            outputs.append(TokenOutput(req.uid, [token], reason is not None, reason, None, len(req.input_ids)))
+        return outputs
+
+    def _finish_reason(self, req: Req, token: int) -> str | None:
+        params = req.sampling
+        if (token in self.eos_ids and not params.ignore_eos) or token in params.stop_token_ids:
+            return "stop"
+        if len(req.output_ids) >= params.max_tokens or req.total_len >= req.max_total_len:
+            return "length"
+        return None
+
+    def _finish(self, req: Req) -> None:
+        """Forget `req` wherever it is and give its KV pages back."""
+        if req in self.waiting:
+            self.waiting.remove(req)
+        if req in self.prefilling:
+            self.prefilling.remove(req)
+        self.running.pop(req.uid, None)
+        self.pool.allocator.free(req.pages)
+        req.pages = []

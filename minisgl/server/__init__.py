@@ -1,0 +1,1 @@
+"""Process launch and the serving front ends (chapter 02)."""
