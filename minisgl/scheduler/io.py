@@ -72,6 +72,7 @@ class ZmqIO:
             self.outputs.connect(outputs_addr)
             if tp_info.size > 1:
                 self.publisher = self.context.socket(zmq.XPUB)
+                self.publisher.setsockopt(zmq.XPUB_VERBOSE, 1)  # report every subscriber, not just the first
                 self.publisher.bind(broadcast_addr)
                 self._wait_for_subscribers()
         else:

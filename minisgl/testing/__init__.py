@@ -1,0 +1,1 @@
+"""Helpers for tests and course exercises: tiny deterministic checkpoints (`tiny_models`)."""
