@@ -23,4 +23,4 @@ class EngineConfig:
     dist_timeout_s: float = 600.0
     load_format: str = "safetensors"  # or "dummy": random weights from config.json alone
     seed: int = 0
-    progress: bool = True
+    progress: bool = True  # tqdm bar while loading weights (rank 0 only)

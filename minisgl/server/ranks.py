@@ -8,12 +8,12 @@ import multiprocessing as mp
 import os
 import queue
 import shutil
-import socket
 import tempfile
 import time
 from multiprocessing.process import BaseProcess
 
 from minisgl.distributed import DistributedInfo
+from minisgl.utils import free_port
 from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.process import run_scheduler_process
 
@@ -22,12 +22,6 @@ START_TIMEOUT_S = 300.0
 
 class LaunchError(RuntimeError):
     """A rank failed to start or died; the message names it."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def max_cpu_ranks() -> int:

@@ -1,0 +1,33 @@
+"""Shared by the engine tests: last-position logits from minisgl and from transformers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from minisgl.core import Req, SamplingParams, forward_context
+from minisgl.engine.engine import Engine
+from minisgl.scheduler import SchedulerConfig
+from minisgl.scheduler.batch import make_prefill_batch
+
+
+def minisgl_last_logits(model_dir: Path, prompts: list[list[int]]) -> torch.Tensor:
+    """One fp32 prefill batch of all prompts at tp = 1 -> [num_prompts, vocab]."""
+    engine = Engine(SchedulerConfig(model_path=model_dir, dtype="float32", num_pages=4096, progress=False))
+    reqs = []
+    for uid, prompt in enumerate(prompts):
+        req = Req(uid, prompt, SamplingParams(temperature=0), len(prompt))
+        req.pages = engine.kv_pool.allocator.allocate(engine.kv_pool.pages_for(len(prompt)))
+        reqs.append(req)
+    batch = make_prefill_batch(reqs, [len(p) for p in prompts], engine.kv_pool, engine.device)
+    engine.attn_backend.prepare(batch)
+    with torch.inference_mode(), forward_context(batch, engine.attn_backend):
+        return engine.model.forward(batch)
+
+
+def transformers_last_logits(model_dir: Path, prompts: list[list[int]]) -> torch.Tensor:
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    with torch.inference_mode():
+        return torch.stack([model(torch.tensor([p])).logits[0, -1] for p in prompts])
