@@ -38,9 +38,14 @@ class MultiProcessBackend:
 
     def __init__(self, config: SchedulerConfig) -> None:
         self.context = zmq.Context()
+        self.context.setsockopt(zmq.LINGER, 0)  # never block exit on unsent messages
         self.outputs = self.context.socket(zmq.PULL)
         port = self.outputs.bind_to_random_port("tcp://127.0.0.1")
-        self.ranks = RankGroup.start(_with_outputs(config, f"tcp://127.0.0.1:{port}"))
+        try:
+            self.ranks = RankGroup.start(_with_outputs(config, f"tcp://127.0.0.1:{port}"))
+        except BaseException:
+            self.context.destroy()
+            raise
         self.requests = self.context.socket(zmq.PUSH)
         self.requests.connect(self.ranks.config.requests_addr)
 

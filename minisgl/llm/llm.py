@@ -46,7 +46,7 @@ class LLM:
         unknown = sorted(set(engine_args) - known)
         if unknown:
             raise TypeError(f"unknown engine argument(s) {unknown}; known: {sorted(known - {'model_path', 'tp_info'})}")
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.tokenizer = _load_tokenizer(self.model_path)
         config = SchedulerConfig(
             model_path=self.model_path, tp_info=DistributedInfo(0, tp_size), device=device, dtype=dtype, **engine_args
         )
@@ -71,7 +71,7 @@ class LLM:
             RequestOutput(
                 request.input_ids,
                 tokens[request.uid][0],
-                self.tokenizer.decode(tokens[request.uid][0], skip_special_tokens=True),
+                self._decode(tokens[request.uid][0]),
                 tokens[request.uid][1],
             )
             for request in requests
@@ -82,6 +82,7 @@ class LLM:
     ) -> list[RequestOutput]:
         """Apply the model's chat template to one conversation (or several), then generate."""
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        self._require_tokenizer()
         prompts = [
             self.tokenizer.apply_chat_template(conv, add_generation_prompt=True, tokenize=False) for conv in conversations
         ]
@@ -89,7 +90,17 @@ class LLM:
         return self.generate(ids, sampling_params)
 
     def _token_ids(self, prompt: str | list[int]) -> list[int]:
-        return list(prompt) if isinstance(prompt, list) else self.tokenizer(prompt)["input_ids"]
+        if isinstance(prompt, list):
+            return list(prompt)
+        self._require_tokenizer()
+        return self.tokenizer(prompt)["input_ids"]
+
+    def _decode(self, token_ids: list[int]) -> str:
+        return "" if self.tokenizer is None else self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    def _require_tokenizer(self) -> None:
+        if self.tokenizer is None:
+            raise ValueError(f"'{self.model_path}' has no tokenizer files; pass prompts as lists of token ids")
 
     def _check_length(self, input_ids: list[int]) -> None:
         context = self.model_config.max_position_embeddings
@@ -128,6 +139,13 @@ class LLM:
 
     def __del__(self) -> None:
         self.shutdown()
+
+
+def _load_tokenizer(model_path: Path) -> Any:
+    """The checkpoint's tokenizer, or None for a config-only directory (token-id prompts only)."""
+    if not any((model_path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        return None
+    return AutoTokenizer.from_pretrained(model_path)
 
 
 def _as_prompt_list(prompts: Any) -> list[str | list[int]]:

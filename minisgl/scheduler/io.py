@@ -65,6 +65,7 @@ class ZmqIO:
         self.tp_info = tp_info
         self.cpu_group = cpu_group
         self.context = zmq.Context()
+        self.context.setsockopt(zmq.LINGER, 0)  # a dying peer must not block our exit
         if tp_info.is_primary:
             self.requests = self.context.socket(zmq.PULL)
             self.requests.bind(requests_addr)
