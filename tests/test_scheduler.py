@@ -89,3 +89,8 @@ def test_abort_frees_the_requests_pages(llama_dir) -> None:
         outputs = backend.collect()
         assert any(o.uid == 100 and o.finish_reason == "abort" for o in outputs)
         assert backend.scheduler.pool.allocator.num_free == free_before
+
+
+def test_page_size_does_not_change_tokens(llama_dir) -> None:
+    prompts = _prompts(6)
+    assert _generate(llama_dir, prompts, page_size=16, num_pages=256) == _generate(llama_dir, prompts)

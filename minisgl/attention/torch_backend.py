@@ -36,7 +36,7 @@ class TorchAttentionBackend:
         q_index = torch.zeros(batch.size, max_q, dtype=torch.int64)
         start = 0
         for i, (req, extend, kv_len) in enumerate(zip(batch.reqs, batch.extend_lens, kv_lens)):
-            kv_slots[i, :kv_len] = torch.tensor(self.pool.slots(req.pages, 0, kv_len))
+            kv_slots[i, :kv_len] = self.pool.slot_tensor(req.pages, kv_len)
             q_index[i, :extend] = torch.arange(start, start + extend)
             start += extend
         extend = torch.tensor(batch.extend_lens)

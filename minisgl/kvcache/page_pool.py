@@ -69,6 +69,11 @@ class KVCachePool:
         size = self.page_size
         return [pages[p // size] * size + p % size for p in range(start, end)]
 
+    def slot_tensor(self, pages: list[int], end: int) -> torch.Tensor:
+        """Slots of token positions [0, end) as a tensor: the vectorized form of `slots`."""
+        offsets = torch.arange(self.page_size)
+        return (torch.tensor(pages)[:, None] * self.page_size + offsets).flatten()[:end]  # [end]
+
     def store(self, layer_id: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write new tokens' K/V: k, v [tokens, local_kv_heads, head_dim] into `slots` [tokens]."""
         self.k_buffer[layer_id].index_copy_(0, slots, k)
