@@ -69,3 +69,13 @@ def test_smollm2_greedy_identical_at_tp_1_and_3(default_model_dir) -> None:
             (results[tp],) = llm.chat(messages, GREEDY)
     assert results[3].token_ids == results[1].token_ids
     assert "Paris" in results[1].text
+
+
+def test_one_forward_crosses_the_seam_2_layers_plus_1_times(tiny_model_dir) -> None:
+    from minisgl.distributed import collective_counts, reset_collective_counts
+
+    model_dir = tiny_model_dir("llama")
+    reset_collective_counts()
+    minisgl_last_logits(model_dir, [[5, 6, 7], [8, 9]])
+    layers = TINY_MODEL_SPECS["llama"].config.num_hidden_layers
+    assert collective_counts() == {"all_reduce": 2 * layers + 1, "all_gather": 1}

@@ -33,8 +33,8 @@ class VocabParallelEmbedding(BaseOP):
         self.weight = torch.empty(self.shard_size, hidden_size)  # [shard_size, hidden]
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        if get_tp_info().size == 1:
-            return F.embedding(input_ids, self.weight)
+        if get_tp_info().size == 1:  # the whole table is here; the seam's all-reduce is the identity
+            return all_reduce(F.embedding(input_ids, self.weight))
         in_shard = (input_ids >= self.vocab_start) & (input_ids < self.vocab_end)  # [tokens]
         local_ids = torch.where(in_shard, input_ids - self.vocab_start, 0)
         embeddings = F.embedding(local_ids, self.weight)  # [tokens, hidden]
@@ -67,8 +67,6 @@ class ParallelLMHead(BaseOP):
         """[n, hidden] -> [n, vocab_size]: only the positions that will be sampled come in."""
         local_logits = F.linear(hidden_states, self.local_weight())  # [n, shard_size]
         tp_size = get_tp_info().size
-        if tp_size == 1:
-            return local_logits[:, : self.vocab_size]
         gathered = all_gather(local_logits)  # [tp * n, shard_size], rank-major
         n = hidden_states.shape[0]
         # [tp, n, shard] -> [n, tp, shard] -> [n, tp * shard]: shards side by side in rank order

@@ -8,7 +8,7 @@ the merge buffer for their partners; the whole checkpoint never is.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import safetensors
@@ -91,6 +91,41 @@ def iter_checkpoint(model_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:
                 yield name, f.get_tensor(name)
 
 
+def shard_and_merge(
+    tensors: Iterable[tuple[str, torch.Tensor]],
+    config: ModelConfig,
+    rank: int,
+    tp_size: int,
+    dtype: torch.dtype | None = None,
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """The streaming rule: shard each checkpoint tensor as it arrives (and drop the full one), then
+    hold the shards of q/k/v and gate/up until their group is complete and emit the fused tensor.
+
+    Yields (engine weight name, this rank's tensor). At any moment only the tensor being sharded
+    and the incomplete merge groups are alive.
+    """
+    merge_buffer: dict[str, dict[int, torch.Tensor]] = {}
+    for name, full in tensors:
+        if "rotary_emb" in name or (config.tie_word_embeddings and name.startswith("lm_head.")):
+            continue  # recomputed at start-up / shared with the embedding
+        local = shard_tensor(name, full, rank, tp_size, config)
+        del full  # from here on only the shard is alive
+        if dtype is not None:
+            local = local.to(dtype)
+        merge = merged_name(name)
+        if merge is None:
+            yield name, local
+            continue
+        fused, slot = merge
+        parts = merge_buffer.setdefault(fused, {})
+        parts[slot] = local
+        if len(parts) == MERGE_SIZES[fused.split(".")[-2]]:
+            del merge_buffer[fused]
+            yield fused, torch.cat([parts[i] for i in range(len(parts))], dim=0)  # slot order, not arrival
+    if merge_buffer:
+        raise ModelError(f"checkpoint is missing parts of {sorted(merge_buffer)[:3]}")
+
+
 def load_weights(
     model_dir: Path,
     config: ModelConfig,
@@ -100,8 +135,7 @@ def load_weights(
     device: torch.device,
     progress: bool = True,
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (engine weight name, local tensor on `device`), sharded then merged, one at a time."""
-    merge_buffer: dict[str, dict[int, torch.Tensor]] = {}
+    """Yield (engine weight name, local tensor on `device`) for every weight of the checkpoint."""
     tensors = tqdm(
         iter_checkpoint(model_dir),
         total=count_tensors(model_dir),
@@ -110,23 +144,8 @@ def load_weights(
         disable=not progress,
         leave=False,
     )
-    for name, full in tensors:
-        if "rotary_emb" in name or (config.tie_word_embeddings and name.startswith("lm_head.")):
-            continue  # recomputed at start-up / shared with the embedding
-        local = shard_tensor(name, full, rank, tp_size, config).to(dtype)
-        del full  # from here on only the shard is alive
-        merge = merged_name(name)
-        if merge is None:
-            yield name, local.to(device)
-            continue
-        fused, slot = merge
-        parts = merge_buffer.setdefault(fused, {})
-        parts[slot] = local
-        if len(parts) == MERGE_SIZES[fused.split(".")[-2]]:
-            del merge_buffer[fused]
-            yield fused, torch.cat([parts[i] for i in range(len(parts))], dim=0).to(device)
-    if merge_buffer:
-        raise ModelError(f"checkpoint is missing parts of {sorted(merge_buffer)[:3]}")
+    for name, local in shard_and_merge(tensors, config, rank, tp_size, dtype):
+        yield name, local.to(device)
 
 
 def count_tensors(model_dir: Path) -> int:

@@ -1,0 +1,29 @@
+"""Chapter 06 (rank-0 broadcast): every rank must see the same new requests, in the same order.
+
+Only rank 0 talks to the tokenizer. Each scheduler step, rank 0 takes what arrived and forwards it:
+the *count* goes over the gloo CPU group as a collective, which every rank joins in the same step
+(so none runs ahead), and the message *bytes* go over ZMQ PUB/SUB, which carries any size without
+a second collective. The other ranks learn the count from the same collective and then read exactly
+that many messages from their SUB socket. `io` is the engine's `minisgl.scheduler.io.ZmqIO`:
+- io.tp_info: this rank's DistributedInfo (`.rank`, `.size`, `.is_primary`);
+- io.cpu_group: the gloo process group;
+- io.publisher.send(payload: bytes): rank 0 only, publishes to every other rank;
+- io.subscriber.recv() -> bytes: other ranks only, the next published payload (blocks).
+"""
+
+from __future__ import annotations
+
+from minisgl.scheduler.io import ZmqIO
+
+
+def receive_step(io: ZmqIO, pulled: list[bytes]) -> list[bytes]:
+    """Task 06-rank0-broadcast/receive-step: one step's new messages, the same on every rank.
+
+    pulled:  on rank 0, the payloads it just took from the tokenizer (possibly none); [] elsewhere
+    returns  rank 0's `pulled`, in its order, on every rank
+
+    Rank 0 broadcasts len(pulled) (an int64 tensor of shape [1], src = rank 0) over io.cpu_group
+    even when it is 0, then publishes each payload; every other rank takes part in the same
+    broadcast and then receives exactly that many payloads.
+    """
+    raise NotImplementedError("06-rank0-broadcast/receive-step")

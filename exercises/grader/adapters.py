@@ -1,0 +1,161 @@
+"""The one seam between the tests and an implementation (CS336-style `adapters.py`).
+
+Tests never import a learner module: they call the typed functions below with an `impl` spec,
+which `--impl` sets to `exercises` (default), `solutions`, a package directory (the grader's
+self-test points it at mutated copies of `solutions/`) or an importable module name. The same spec
+travels to spawned ranks, which resolve it the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from .outcomes import ImplementationError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NAMED_IMPLS = {"exercises": REPO_ROOT / "exercises", "solutions": REPO_ROOT / "solutions"}
+
+CH00, CH01, CH02, CH03 = "ch00_getting_started", "ch01_tp_first_principles", "ch02_launch", "ch03_communication_init"
+CH04, CH05, CH06 = "ch04_weight_sharding", "ch05_vocab_parallelism", "ch06_rank0_broadcast"
+CH07, CH09 = "ch07_tp_decoder_layer", "ch09_communication_volume"
+
+
+def resolve_impl(spec: str) -> str:
+    """A canonical spec: the absolute package directory, or a module name to import."""
+    if spec in NAMED_IMPLS:
+        return str(NAMED_IMPLS[spec])
+    path = Path(spec)
+    if path.is_dir():
+        return str(path.resolve())
+    if "/" in spec or spec.startswith("."):
+        raise ImplementationError(f"--impl {spec!r} is not a directory; pass exercises, solutions, a package dir or a module")
+    return spec
+
+
+_PACKAGES: dict[str, ModuleType] = {}
+
+
+def _package(impl: str) -> ModuleType:
+    """Import the implementation package once per process (by path, under a private name)."""
+    if impl in _PACKAGES:
+        return _PACKAGES[impl]
+    path = Path(impl)
+    if path.is_dir():
+        init = path / "__init__.py"
+        if not init.is_file():
+            raise ImplementationError(f"{path} has no __init__.py; an --impl directory must be a package")
+        name = f"_minisgl_impl_{hashlib.sha1(impl.encode()).hexdigest()[:10]}"
+        spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(path)])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(impl)
+        except ModuleNotFoundError:
+            raise ImplementationError(f"--impl {impl!r}: no such package directory or module") from None
+    _PACKAGES[impl] = module
+    return module
+
+
+def load_module(impl: str, name: str) -> ModuleType:
+    """The implementation's module `name` (e.g. `ch05_vocab_parallelism`, `quizzes.ch05`)."""
+    package = _package(impl)
+    try:
+        return importlib.import_module(f"{package.__name__}.{name}")
+    except ModuleNotFoundError as error:
+        raise ImplementationError(f"{impl}: no module {name} ({error}); restore it from git") from None
+    except SyntaxError as error:
+        raise ImplementationError(f"{error.filename}:{error.lineno}: syntax error: {error.msg}") from None
+
+
+def _task(impl: str, module: str, name: str) -> Callable[..., Any]:
+    fn = getattr(load_module(impl, module), name, None)
+    if not callable(fn):
+        raise ImplementationError(f"{impl}/{module}.py has no function {name}(); restore its stub from git")
+    return fn
+
+
+# ---- chapter 00 --------------------------------------------------------------------------------
+def rank_sum(impl: str, device: Any) -> int:
+    return _task(impl, CH00, "rank_sum")(device)
+
+
+# ---- chapter 01 --------------------------------------------------------------------------------
+def column_parallel_forward(impl: str, x: Any, weight: Any, bias: Any) -> Any:
+    return _task(impl, CH01, "column_parallel_forward")(x, weight, bias)
+
+
+def row_parallel_forward(impl: str, x_local: Any, weight: Any, bias: Any) -> Any:
+    return _task(impl, CH01, "row_parallel_forward")(x_local, weight, bias)
+
+
+# ---- chapter 02 --------------------------------------------------------------------------------
+def start_ranks(impl: str, target: Callable[..., None], world_size: int, timeout_s: float) -> list[Any]:
+    return _task(impl, CH02, "start_ranks")(target, world_size, timeout_s)
+
+
+# ---- chapter 03 --------------------------------------------------------------------------------
+def broadcast_unique_id(impl: str, create_id: Callable[[], bytes], cpu_group: Any) -> bytes:
+    return _task(impl, CH03, "broadcast_unique_id")(create_id, cpu_group)
+
+
+# ---- chapter 04 --------------------------------------------------------------------------------
+def kv_heads_of_rank(impl: str, rank: int, tp_size: int, num_kv_heads: int) -> tuple[int, int]:
+    return _task(impl, CH04, "kv_heads_of_rank")(rank, tp_size, num_kv_heads)
+
+
+def shard_qkv(impl: str, q: Any, k: Any, v: Any, rank: int, tp_size: int,
+              num_heads: int, num_kv_heads: int, head_dim: int) -> Any:
+    return _task(impl, CH04, "shard_qkv")(q, k, v, rank, tp_size, num_heads, num_kv_heads, head_dim)
+
+
+def shard_tensor(impl: str, name: str, tensor: Any, rank: int, tp_size: int, config: Any) -> Any:
+    return _task(impl, CH04, "shard_tensor")(name, tensor, rank, tp_size, config)
+
+
+def shard_and_merge(impl: str, tensors: Iterable[tuple[str, Any]], rank: int, tp_size: int,
+                    config: Any) -> Iterator[tuple[str, Any]]:
+    return _task(impl, CH04, "shard_and_merge")(tensors, rank, tp_size, config)
+
+
+# ---- chapter 05 --------------------------------------------------------------------------------
+def vocab_parallel_embedding(impl: str, input_ids: Any, weight_shard: Any, vocab_size: int) -> Any:
+    return _task(impl, CH05, "vocab_parallel_embedding")(input_ids, weight_shard, vocab_size)
+
+
+def parallel_lm_head(impl: str, hidden_states: Any, weight_shard: Any, vocab_size: int) -> Any:
+    return _task(impl, CH05, "parallel_lm_head")(hidden_states, weight_shard, vocab_size)
+
+
+# ---- chapter 06 --------------------------------------------------------------------------------
+def receive_step(impl: str, io: Any, pulled: list[bytes]) -> list[bytes]:
+    return _task(impl, CH06, "receive_step")(io, pulled)
+
+
+# ---- chapter 07 --------------------------------------------------------------------------------
+def tp_mlp_forward(impl: str, x: Any, gate: Any, up: Any, down: Any) -> Any:
+    return _task(impl, CH07, "tp_mlp_forward")(x, gate, up, down)
+
+
+def local_shapes(impl: str, hf_config: dict[str, Any], tp_size: int, dtype_bytes: int) -> dict[str, int]:
+    return _task(impl, CH07, "local_shapes")(hf_config, tp_size, dtype_bytes)
+
+
+# ---- chapter 09 --------------------------------------------------------------------------------
+def comm_volume(impl: str, function: str, *args: Any) -> Any:
+    """Call one of chapter 09's calculator functions by name."""
+    return _task(impl, CH09, function)(*args)
+
+
+# ---- quizzes -----------------------------------------------------------------------------------
+def quiz_answer(impl: str, chapter: str, question: str) -> Any:
+    """The value of `Q<n>` in `quizzes/ch<chapter>.py` (a missing name reads as not attempted)."""
+    return getattr(load_module(impl, f"quizzes.ch{chapter}"), question, None)

@@ -1,0 +1,15 @@
+"""How a graded test can end besides passing: the three exceptions the report knows by name."""
+
+from __future__ import annotations
+
+
+class NotAttempted(Exception):
+    """The task still raises NotImplementedError (or a quiz answer is still None)."""
+
+
+class WrongAnswer(AssertionError):
+    """The implementation ran and returned something wrong; the message says what and where."""
+
+
+class ImplementationError(Exception):
+    """The implementation could not be loaded or called (missing file or function, syntax error)."""

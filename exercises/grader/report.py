@@ -1,0 +1,145 @@
+"""The grade report: classifies every graded test (passed, wrong, not attempted), shortens the
+grader's own failures to their message, writes a Gradescope-style `results.json`, and prints a
+per-chapter score table at the end of the run."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from .chapters import CHAPTERS, chapter_of, task_points
+from .outcomes import ImplementationError, NotAttempted, WrongAnswer
+
+OUTPUT_LIMIT = 4000  # characters of failure text kept per test in results.json
+
+
+@dataclass
+class Record:
+    nodeid: str
+    task: str
+    points: float
+    impl: str = ""  # the resolved --impl spec this test graded
+    outcome: str = "failed"  # passed | failed | not_attempted | error | skipped
+    output: str = ""
+
+    @property
+    def chapter(self) -> str:
+        return chapter_of(self.task)
+
+    @property
+    def score(self) -> float:
+        return self.points if self.outcome == "passed" else 0.0
+
+
+class GradeReport:
+    """A pytest plugin; exercises/conftest.py registers one per run."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.records: dict[str, Record] = {}
+        self.points: dict[str, float] = {}  # nodeid -> this test's share of its task's points
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Split each task's points over its selected tests by weight."""
+        weights: dict[str, dict[str, float]] = {}
+        for item in session.items:
+            marker = item.get_closest_marker("task")
+            if marker is not None:
+                weights.setdefault(marker.args[0], {})[item.nodeid] = float(marker.kwargs.get("weight", 1))
+        for task, tests in weights.items():
+            total = task_points(task)
+            for nodeid, weight in tests.items():
+                self.points[nodeid] = round(total * weight / sum(tests.values()), 4)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        outcome = yield
+        marker = item.get_closest_marker("task")
+        if marker is None:
+            return
+        report = outcome.get_result()
+        record = self.records.get(item.nodeid)
+        if record is None:
+            callspec = getattr(item, "callspec", None)
+            impl = callspec.params["impl"] if callspec and "impl" in callspec.params else getattr(item, "funcargs", {}).get("impl", "")
+            record = self.records[item.nodeid] = Record(item.nodeid, marker.args[0], self.points.get(item.nodeid, 0.0), impl)
+        if record.outcome in ("not_attempted", "error") and report.when == "teardown":
+            return  # keep the first reason
+        if report.passed and report.when == "call":
+            record.outcome = "passed"
+        elif report.skipped:
+            record.outcome, record.output = "skipped", str(report.longrepr)[:OUTPUT_LIMIT]
+        elif report.failed:
+            record.outcome, record.output = self._classify(report, call, record.task)
+
+    @staticmethod
+    def _classify(report: pytest.TestReport, call: pytest.CallInfo, task: str) -> tuple[str, str]:
+        error = call.excinfo.value if call.excinfo is not None else None
+        if isinstance(error, (NotImplementedError, NotAttempted)):
+            detail = error if isinstance(error, NotAttempted) else "still raises NotImplementedError"
+            report.longrepr = f"NOT ATTEMPTED: {task}: {detail}"
+            return "not_attempted", report.longrepr
+        if isinstance(error, (WrongAnswer, ImplementationError)):
+            report.longrepr = f"{task}: {error}"  # the grader's message says it all; no traceback
+            return "failed", report.longrepr
+        outcome = "failed" if report.when == "call" else "error"
+        return outcome, str(report.longrepr)[-OUTPUT_LIMIT:]
+
+    def chapter_rows(self) -> list[tuple[str, int, int, int, float, float]]:
+        """(chapter slug, passed, wrong, not attempted, score, max score) for each chapter graded."""
+        rows = []
+        for number, slug in CHAPTERS.items():
+            records = [r for r in self.records.values() if r.chapter == number and r.outcome != "skipped"]
+            if records:
+                count = lambda *names: sum(r.outcome in names for r in records)  # noqa: E731
+                rows.append((slug, count("passed"), count("failed", "error"), count("not_attempted"),
+                             sum(r.score for r in records), sum(r.points for r in records)))
+        return rows
+
+    def table(self) -> str:
+        lines = [f"{'chapter':<26}{'passed':>7}{'wrong':>7}{'not attempted':>15}{'points':>15}"]
+        for slug, passed, wrong, todo, score, total in self.chapter_rows():
+            lines.append(f"{slug:<26}{passed:>7}{wrong:>7}{todo:>15}{f'{score:.4g} / {total:.4g}':>15}")
+        score = sum(row[4] for row in self.chapter_rows())
+        total = sum(row[5] for row in self.chapter_rows())
+        lines.append(f"{'total':<55}{f'{score:.4g} / {total:.4g}':>15}")
+        return "\n".join(lines)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if not self.records:
+            return
+        tests = [
+            {
+                "name": f"{r.task}: {r.nodeid.split('::', 1)[-1]}",
+                "score": r.score,
+                "max_score": r.points,
+                "status": "passed" if r.outcome == "passed" else "failed",
+                "output": r.output,
+                "tags": [f"ch{r.chapter}", r.task],
+                "extra_data": {"nodeid": r.nodeid, "task": r.task, "outcome": r.outcome, "impl": r.impl},
+            }
+            for r in self.records.values()
+            if r.outcome != "skipped"
+        ]
+        results = {
+            "score": sum(t["score"] for t in tests),
+            "output": self.table(),
+            "visibility": "visible",
+            "stdout_visibility": "visible",
+            "extra_data": {"max_score": sum(t["max_score"] for t in tests), "impl": self.config.getoption("--impl")},
+            "tests": tests,
+        }
+        path = Path(self.config.getoption("--results"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(results, indent=1))
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self.records:
+            return
+        impl = self.config.getoption("--impl")
+        terminalreporter.write_sep("=", f"minisgl course grade (--impl {impl})")
+        terminalreporter.write_line(self.table())
+        terminalreporter.write_line(f"results: {Path(self.config.getoption('--results')).resolve()}")

@@ -1,0 +1,35 @@
+"""Chapter 02 quiz (launch): spawning one process per rank and waiting for them (seed 000, 3.1).
+
+Replace each None with your answer, then run `pytest exercises -m ch02`.
+Numbers: an int or float in the unit the question asks for. Choices: the letter, e.g. "b".
+Short answers: a sentence or two in your own words (they are checked for the key ideas).
+"""
+
+# Q1 (choice). Why does the launcher use the "spawn" start method rather than "fork"?
+#   a) it starts faster   b) each rank gets a fresh interpreter, with no copied CUDA, torch or ZMQ state
+#   c) fork does not exist on Linux   d) spawned processes use less memory
+Q1 = None
+
+# Q2 (number). In the mini-SGLang launcher of seed 000, with num_tokenizers = 2, how many acks does
+# start_subprocess wait for?
+Q2 = None
+
+# Q3 (number). minisgl's RankGroup at tp = 4: how many acks from ranks does it wait for?
+Q3 = None
+
+# Q4 (choice). What must a rank do before it constructs any layer?
+#   a) load the weights   b) set_tp_info(rank, size)   c) allocate the KV cache   d) capture CUDA graphs
+Q4 = None
+
+# Q5 (choice). When does RankGroup.start return?
+#   a) right after every Process.start()   b) once every rank acked "ready" (it raises otherwise)
+#   c) after the first request is served   d) after the HTTP server is up
+Q5 = None
+
+# Q6 (choice). In seed 000, what tp_info does the parent process hold right after parsing arguments?
+#   a) DistributedInfo(0, tp_size)   b) None   c) DistributedInfo(tp_size, 0)   d) one per rank
+Q6 = None
+
+# Q7 (short answer). Why must the launcher wait for acks with a timeout, and what must it do when a
+# rank fails to start?
+Q7 = None

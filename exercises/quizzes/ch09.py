@@ -1,0 +1,46 @@
+"""Chapter 09 quiz (communication volume): the seed's numbers for Llama-3.1-8B in bf16 (seed 004).
+
+Replace each None with your answer, then run `pytest exercises -m ch09`.
+Numbers: an int or float in the unit the question asks for. Choices: the letter, e.g. "b".
+Short answers: a sentence or two in your own words (they are checked for the key ideas).
+Llama-3.1-8B: hidden_size 4096, 32 layers, vocab 128256. 1 KiB = 1024 bytes, 1 MiB = 1024 KiB.
+"""
+
+# Q1 (number). All-reduces in one forward pass at tp > 1?
+Q1 = None
+
+# Q2 (number). KiB per token in one all-reduce?
+Q2 = None
+
+# Q3 (number). KiB per token over all the all-reduces of one forward?
+Q3 = None
+
+# Q4 (number). The ring all-reduce factor 2(t - 1)/t at tp = 4?
+Q4 = None
+
+# Q5 (number). KiB one rank sends per token at tp = 8 (ring all-reduce)?
+Q5 = None
+
+# Q6 (number). KiB of logits one rank receives per sampled token in the all-gather at tp = 4?
+Q6 = None
+
+# Q7 (number). A 2048-token prefill chunk: MiB of all-reduce payload over one forward?
+Q7 = None
+
+# Q8 (number). A decode step with batch 16: KiB in one all-reduce?
+Q8 = None
+
+# Q9 (number). A custom all-reduce handles messages below 8 MiB. How many tokens is that?
+Q9 = None
+
+# Q10 (choice). What limits the communication of a small-batch decode step?
+#   a) link bandwidth   b) the fixed cost of 65 synchronizations   c) compute   d) KV cache size
+Q10 = None
+
+# Q11 (choice). And of a 2048-token prefill chunk?
+#   a) link bandwidth (NVLink or PCIe)   b) the number of synchronizations   c) the tokenizer   d) nothing
+Q11 = None
+
+# Q12 (short answer). TP = t divides each GPU's weight reads by t. What does it cost, and when might
+# it not pay off?
+Q12 = None

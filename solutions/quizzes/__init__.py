@@ -1,0 +1,1 @@
+"""Reference quiz answers, one file per chapter."""
