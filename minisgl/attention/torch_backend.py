@@ -54,14 +54,24 @@ class TorchAttentionBackend:
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
         meta: TorchAttentionMetadata = batch.attn_metadata
         self.pool.store(layer_id, batch.out_slots, k, v)
-        keys = self.pool.k_buffer[layer_id][meta.kv_slots]  # [reqs, max_kv, kv_heads, d]
-        values = self.pool.v_buffer[layer_id][meta.kv_slots]
-        queries = q[meta.q_index]  # [reqs, max_q, q_heads, d]
+        reqs, max_kv = meta.kv_slots.shape
+        max_q = meta.q_index.shape[1]
+        num_heads, kv_heads, head_dim = q.shape[1], k.shape[1], q.shape[2]
+        group = num_heads // kv_heads  # query heads that share one KV head
+        # index_select on the flattened table is a plain row gather, much faster on CPU than
+        # advanced indexing with a 2-D index
+        flat_slots = meta.kv_slots.flatten()
+        keys = self.pool.k_buffer[layer_id].index_select(0, flat_slots).view(reqs, max_kv, kv_heads, head_dim)
+        values = self.pool.v_buffer[layer_id].index_select(0, flat_slots).view(reqs, max_kv, kv_heads, head_dim)
+        # Query head h uses KV head h // group, so fold each group into the query length:
+        # [reqs, max_q, kv_heads * group, d] -> [reqs, kv_heads, group * max_q, d]. Attention is
+        # then plain multi-head over kv_heads (cheaper than SDPA's enable_gqa path).
+        queries = q[meta.q_index].view(reqs, max_q, kv_heads, group, head_dim)
+        queries = queries.permute(0, 2, 3, 1, 4).reshape(reqs, kv_heads, group * max_q, head_dim)
+        mask = meta.mask.expand(reqs, group, max_q, max_kv).reshape(reqs, 1, group * max_q, max_kv)
         out = F.scaled_dot_product_attention(
-            queries.transpose(1, 2),  # [reqs, q_heads, max_q, d]
-            keys.transpose(1, 2),  # [reqs, kv_heads, max_kv, d]
-            values.transpose(1, 2),
-            attn_mask=meta.mask,
-            enable_gqa=True,  # each group of q_heads / kv_heads query heads shares one KV head
-        )
-        return out.transpose(1, 2)[meta.q_valid]  # [tokens, q_heads, d], back in flat token order
+            queries, keys.transpose(1, 2), values.transpose(1, 2), attn_mask=mask
+        )  # [reqs, kv_heads, group * max_q, d]
+        out = out.view(reqs, kv_heads, group, max_q, head_dim).permute(0, 3, 1, 2, 4)
+        out = out.reshape(reqs, max_q, num_heads, head_dim)
+        return out[meta.q_valid]  # [tokens, q_heads, d], back in flat token order
