@@ -44,5 +44,17 @@ docs: install
 serve-docs: install
 	$(VENV)/bin/mkdocs serve
 
+# The course: notebooks are generated from the chapters' README.md and stored without outputs.
+.PHONY: notebooks test-notebooks figures
+notebooks: install
+	$(PY) chapters/build_notebooks.py
+
+test-notebooks: install
+	$(PY) -m pytest --nbmake chapters/ --nbmake-timeout=180 -p no:cacheprovider -q
+
+# Re-draw the figures the lesson pages show (each notebook saves its own into chapters/NN-*/figures/).
+figures: install
+	MINISGL_WRITE_FIGURES=1 $(PY) -m pytest --nbmake chapters/ --nbmake-timeout=180 -p no:cacheprovider -q
+
 clean:
 	rm -rf $(VENV) site .pytest_cache

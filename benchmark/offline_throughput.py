@@ -3,6 +3,11 @@
 
     python benchmark/offline_throughput.py                      # embedded SmolLM2, batches 1, 16, 32
     python benchmark/offline_throughput.py --batch-sizes 1 32 --new-tokens 64 --tp 1
+    python benchmark/offline_throughput.py --until-eos --new-tokens 256   # chat-like: stop at EOS
+
+With `--until-eos` every request stops at its end-of-sequence token and only real tokens count:
+transformers' static batch keeps stepping finished rows until the longest is done, minisgl's
+continuous batch shrinks as requests finish.
 """
 
 from __future__ import annotations
@@ -31,24 +36,32 @@ def make_prompts(tokenizer, count: int, seed: int) -> list[list[int]]:
     return prompts
 
 
-def run_transformers(model, tokenizer, prompts: list[list[int]], new_tokens: int) -> float:
-    """Seconds for one batched greedy `generate` of exactly `new_tokens` per prompt (left-padded)."""
+def run_transformers(model, tokenizer, prompts: list[list[int]], new_tokens: int, until_eos: bool) -> tuple[int, float]:
+    """(real tokens generated, seconds) for one batched greedy `generate` (left-padded)."""
     tokenizer.padding_side = "left"
     batch = tokenizer.pad({"input_ids": prompts}, return_tensors="pt")
+    eos = model.generation_config.eos_token_id
+    eos_ids = set(eos if isinstance(eos, list) else [eos])
     start = time.perf_counter()
     with torch.inference_mode():
-        model.generate(**batch, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                       pad_token_id=tokenizer.pad_token_id or 0)
-    return time.perf_counter() - start
+        output = model.generate(**batch, max_new_tokens=new_tokens, min_new_tokens=None if until_eos else new_tokens,
+                                do_sample=False, pad_token_id=tokenizer.pad_token_id or 0)
+    elapsed = time.perf_counter() - start
+    if not until_eos:
+        return len(prompts) * new_tokens, elapsed
+    real = 0
+    for row in output[:, batch["input_ids"].shape[1] :].tolist():
+        ends = [i for i, token in enumerate(row) if token in eos_ids]
+        real += ends[0] + 1 if ends else len(row)  # up to and including the first EOS
+    return real, elapsed
 
 
-def run_minisgl(llm: LLM, prompts: list[list[int]], new_tokens: int) -> float:
-    params = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=True)
+def run_minisgl(llm: LLM, prompts: list[list[int]], new_tokens: int, until_eos: bool) -> tuple[int, float]:
+    params = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=not until_eos)
     start = time.perf_counter()
     outputs = llm.generate(prompts, params)
     elapsed = time.perf_counter() - start
-    assert all(len(o.token_ids) == new_tokens for o in outputs)
-    return elapsed
+    return sum(len(o.token_ids) for o in outputs), elapsed
 
 
 def main() -> None:
@@ -59,6 +72,7 @@ def main() -> None:
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--dtype", default="float32", help="both engines use it (fp32: fair on AVX2-only CPUs)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--until-eos", action="store_true", help="stop each request at EOS (chat-like)")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -68,17 +82,18 @@ def main() -> None:
     hf_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
     llm = LLM(model_dir, tp_size=args.tp, dtype=args.dtype, progress=False)
     warmup = make_prompts(tokenizer, 2, seed=99)
-    run_minisgl(llm, warmup, 4)
-    run_transformers(hf_model, tokenizer, warmup, 4)
+    run_minisgl(llm, warmup, 4, False)
+    run_transformers(hf_model, tokenizer, warmup, 4, False)
 
     print(f"model {model_dir.name if hasattr(model_dir, 'name') else model_dir}, {args.dtype}, "
-          f"{args.threads} threads, tp={args.tp}, {args.new_tokens} new tokens per request")
+          f"{args.threads} threads, tp={args.tp}, "
+          + (f"up to {args.new_tokens} tokens, stop at EOS" if args.until_eos else f"{args.new_tokens} new tokens per request"))
     print(f"{'batch':>5} {'transformers tok/s':>19} {'minisgl tok/s':>14} {'ratio':>6}")
     for batch_size in args.batch_sizes:
         prompts = make_prompts(tokenizer, batch_size, seed=batch_size)
-        tokens = batch_size * args.new_tokens
-        hf_rate = tokens / run_transformers(hf_model, tokenizer, prompts, args.new_tokens)
-        ours_rate = tokens / run_minisgl(llm, prompts, args.new_tokens)
+        hf_tokens, hf_seconds = run_transformers(hf_model, tokenizer, prompts, args.new_tokens, args.until_eos)
+        ours_tokens, ours_seconds = run_minisgl(llm, prompts, args.new_tokens, args.until_eos)
+        hf_rate, ours_rate = hf_tokens / hf_seconds, ours_tokens / ours_seconds
         print(f"{batch_size:>5} {hf_rate:>19.1f} {ours_rate:>14.1f} {ours_rate / hf_rate:>5.1f}x", flush=True)
     llm.shutdown()
 

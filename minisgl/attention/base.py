@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from typing import Protocol
 
 import torch
 
 from minisgl.core import Batch
 from minisgl.kvcache import KVCachePool
+
+BACKENDS = ("auto", "torch", "triton")
 
 
 class AttentionBackend(Protocol):
@@ -20,9 +24,30 @@ class AttentionBackend(Protocol):
         ...
 
 
-def create_attention_backend(name: str, pool: KVCachePool, device: torch.device) -> AttentionBackend:
-    if name == "torch":
-        from .torch_backend import TorchAttentionBackend
+def resolve_attention_backend(name: str, device: torch.device) -> str:
+    """`auto` is Triton on CUDA (when triton is installed) and torch elsewhere."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r}; available: {', '.join(BACKENDS)}")
+    has_triton = importlib.util.find_spec("triton") is not None
+    if name == "auto":
+        return "triton" if device.type == "cuda" and has_triton else "torch"
+    if name == "triton":
+        if not has_triton:
+            raise ValueError("attention backend 'triton' needs the triton package: pip install triton")
+        if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise ValueError("attention backend 'triton' runs on CUDA; on a CPU use 'torch' (or TRITON_INTERPRET=1)")
+    return name
 
-        return TorchAttentionBackend(pool)
-    raise ValueError(f"unknown attention backend {name!r}; available: torch")
+
+def create_attention_backend(
+    name: str, pool: KVCachePool, device: torch.device, max_seq_len: int, max_requests: int
+) -> AttentionBackend:
+    """`max_seq_len` and `max_requests` size the Triton backend's device page table."""
+    name = resolve_attention_backend(name, device)
+    if name == "triton":
+        from .triton_backend import TritonAttentionBackend
+
+        return TritonAttentionBackend(pool, device, max_seq_len, max_requests)
+    from .torch_backend import TorchAttentionBackend
+
+    return TorchAttentionBackend(pool)

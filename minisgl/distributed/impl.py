@@ -9,12 +9,15 @@ chapter 07 can show the 2 * layers + 1 all-reduces and 1 all-gather of one forwa
 from __future__ import annotations
 
 from collections import Counter
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.distributed as dist
 
 from .info import get_tp_info
+
+if TYPE_CHECKING:
+    from minisgl.kernel.pynccl import PyNCCLCommunicator
 
 
 class DistributedImpl(Protocol):
@@ -45,6 +48,23 @@ class TorchDistributedImpl:
         parts = [torch.empty_like(x) for _ in range(size)]
         dist.all_gather(parts, x.contiguous(), group=self.group)
         return torch.cat(parts, dim=0)
+
+
+class PyNCCLDistributedImpl:
+    """Collectives through our ctypes NCCL communicator (`minisgl.kernel.pynccl`): enqueued on the
+    current CUDA stream, so CUDA graphs capture them."""
+
+    def __init__(self, comm: PyNCCLCommunicator) -> None:
+        self.comm = comm
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        return self.comm.all_reduce(x)
+
+    def all_gather(self, x: torch.Tensor) -> torch.Tensor:
+        return self.comm.all_gather(x)
+
+    def close(self) -> None:
+        self.comm.close()
 
 
 class DistributedCommunicator:
@@ -84,6 +104,13 @@ def enable_torch_distributed(group: dist.ProcessGroup | None = None) -> None:
     DistributedCommunicator.plugins.append(TorchDistributedImpl(group))
 
 
+def enable_pynccl(cpu_group: dist.ProcessGroup, device: torch.device) -> None:
+    """Put PyNCCL on top of the plugin list; rank 0's NCCL unique id travels over `cpu_group`."""
+    from minisgl.kernel.pynccl import PyNCCLCommunicator
+
+    DistributedCommunicator.plugins.append(PyNCCLDistributedImpl(PyNCCLCommunicator(cpu_group, device)))
+
+
 def collective_counts() -> dict[str, int]:
     """How many all-reduces and all-gathers passed through the seam since the last reset."""
     return {"all_reduce": _COMM.counts["all_reduce"], "all_gather": _COMM.counts["all_gather"]}
@@ -95,6 +122,9 @@ def reset_collective_counts() -> None:
 
 def destroy_distributed() -> None:
     """Drop every plugin, then the torch.distributed group (graphs and plugins go first)."""
+    for plugin in reversed(DistributedCommunicator.plugins):
+        if isinstance(plugin, PyNCCLDistributedImpl):
+            plugin.close()
     DistributedCommunicator.plugins.clear()
     if dist.is_initialized():
         dist.destroy_process_group()

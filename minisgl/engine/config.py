@@ -17,10 +17,15 @@ class EngineConfig:
     page_size: int = 1
     num_pages: int | None = None  # KV pages; None sizes the pool from kv_memory_gb / free memory
     kv_memory_gb: float | None = None
-    attention_backend: str = "torch"
-    dist_backend: str = "gloo"
+    attention_backend: str = "auto"  # auto: "triton" on CUDA, "torch" on CPU
+    dist_backend: str = "auto"  # auto: "pynccl" with one GPU per rank, else "gloo"; or "nccl"
     dist_init_addr: str = "tcp://127.0.0.1:0"  # the launcher fills a free port for tp > 1
     dist_timeout_s: float = 600.0
     load_format: str = "safetensors"  # or "dummy": random weights from config.json alone
     seed: int = 0
     progress: bool = True  # tqdm bar while loading weights (rank 0 only)
+    max_running_requests: int = 64  # requests decoded together; sizes the device page table too
+    cuda_graph_max_bs: int | None = None  # largest decode batch replayed as a CUDA graph; 0 disables;
+    # None: max_running_requests (capped at 256)
+    overlap_schedule: bool | None = None  # prepare step N+1 while the device runs step N;
+    # None: on for CUDA, off for CPU (True forces it on a CPU too, for tests)

@@ -1,12 +1,15 @@
 """One rank's engine: bind the device, join the TP group, build the model on the meta device and
 stream its shard in, size the KV cache (the same on every rank), and run forward + sample
-(chapters 02-04).
+(chapters 02-04). On CUDA it also captures decode CUDA graphs and can run a step
+asynchronously, so the scheduler prepares the next step meanwhile (chapter 10).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,8 +17,8 @@ import torch
 import torch.distributed as dist
 
 from minisgl.attention import create_attention_backend
-from minisgl.core import Batch, forward_context
-from minisgl.distributed import destroy_distributed, enable_torch_distributed, set_tp_info
+from minisgl.core import Batch, Req, forward_context
+from minisgl.distributed import destroy_distributed, enable_pynccl, enable_torch_distributed, set_tp_info
 from minisgl.kvcache import KVCachePool
 from minisgl.layers import local_kv_heads
 from minisgl.models.config import ModelConfig
@@ -23,11 +26,26 @@ from minisgl.models.registry import create_model
 from minisgl.models.weight import load_dummy_weights, load_weights
 
 from .config import EngineConfig
+from .cuda_graph import CudaGraphRunner
 from .sampler import sample
 
 logger = logging.getLogger(__name__)
 
 _CPU_KV_BUDGET_CAP = 1 << 30  # 1 GiB per rank is ~20k SmolLM2 tokens in fp32: plenty on a laptop
+_MAX_GRAPH_BS = 256
+
+
+@dataclass
+class TokenFuture:
+    """Greedy tokens of a step still running on the device; `tokens()` waits for them."""
+
+    host: torch.Tensor  # [num_reqs] int64 (pinned on CUDA), filled by an async copy
+    event: torch.cuda.Event | None  # recorded after the copy; None on a CPU
+
+    def tokens(self) -> list[int]:
+        if self.event is not None:
+            self.event.synchronize()
+        return self.host.tolist()
 
 
 class Engine:
@@ -40,6 +58,7 @@ class Engine:
         self.model_config.check_tp_size(tp.size)
         self.device = _bind_device(config)
         self.dtype = resolve_dtype(config.dtype, self.device)
+        self.dist_backend = resolve_dist_backend(config.dist_backend, self.device, tp.size)
         self.cpu_group = self._init_communication()
 
         with torch.device("meta"):  # shapes only; real tensors arrive from the loader
@@ -55,7 +74,13 @@ class Engine:
             self.dtype,
             self.device,
         )
-        self.attn_backend = create_attention_backend(config.attention_backend, self.kv_pool, self.device)
+        self.attn_backend = create_attention_backend(
+            config.attention_backend, self.kv_pool, self.device,
+            self.model_config.max_position_embeddings, config.max_running_requests,
+        )
+        self.overlap = config.overlap_schedule if config.overlap_schedule is not None else self.device.type == "cuda"
+        self._future_tokens: torch.Tensor | None = None  # last async step's tokens, read by the next
+        self.graph_runner = self._init_cuda_graphs()
 
     def _init_communication(self) -> dist.ProcessGroup | None:
         """A gloo group for CPU control messages; tensor collectives on gloo or NCCL (chapter 03)."""
@@ -63,18 +88,19 @@ class Engine:
         if tp.size == 1:
             return None
         timeout = timedelta(seconds=self.config.dist_timeout_s)
-        backend = self.config.dist_backend
+        backend = self.dist_backend
         if backend == "nccl":
             dist.init_process_group("nccl", init_method=self.config.dist_init_addr, rank=tp.rank,
                                     world_size=tp.size, timeout=timeout, device_id=self.device)
             cpu_group = dist.new_group(backend="gloo", timeout=timeout)
             enable_torch_distributed(dist.group.WORLD)
             return cpu_group
-        if backend != "gloo":
-            raise ValueError(f"unknown dist backend {backend!r}; available: gloo, nccl")
+        # gloo: CPU tensors, and CUDA tensors when ranks share a GPU (staged through host memory)
         dist.init_process_group("gloo", init_method=self.config.dist_init_addr, rank=tp.rank,
                                 world_size=tp.size, timeout=timeout)
         enable_torch_distributed(dist.group.WORLD)
+        if backend == "pynccl":  # gloo stays below as the CPU group; PyNCCL wins (last plugin)
+            enable_pynccl(dist.group.WORLD, self.device)
         return dist.group.WORLD
 
     def _load_weights(self) -> None:
@@ -117,15 +143,88 @@ class Engine:
         available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         return min(0.2 * available / self.config.tp_info.size, _CPU_KV_BUDGET_CAP)
 
+    def _init_cuda_graphs(self) -> CudaGraphRunner | None:
+        config = self.config
+        max_bs = config.cuda_graph_max_bs
+        if max_bs is None:
+            max_bs = min(config.max_running_requests, _MAX_GRAPH_BS)
+        if max_bs <= 0 or self.device.type != "cuda":
+            return None
+        if not hasattr(self.attn_backend, "graph_metadata"):
+            logger.warning("CUDA graphs need the triton attention backend; running decode eagerly")
+            return None
+        if self.config.tp_info.size > 1 and self.dist_backend == "gloo":
+            logger.warning("gloo collectives cannot be captured in a CUDA graph; running decode eagerly")
+            return None
+        with torch.inference_mode():
+            return CudaGraphRunner(self.model, self.attn_backend, max_bs, self.device)
+
     @torch.inference_mode()
     def forward(self, batch: Batch) -> list[int]:
         """Run the model on `batch` and sample one token per request (identical on every rank)."""
+        return sample(self.forward_logits(batch), batch.reqs)
+
+    @torch.inference_mode()
+    def forward_async(self, batch: Batch) -> TokenFuture:
+        """Greedy tokens of `batch`, without waiting for the device. Token ids of a later batch may
+        be placeholders -(i + 1), "token i of this step": the device fills them in (overlap)."""
+        tokens = torch.argmax(self.forward_logits(batch).float(), dim=-1)  # [num_reqs], as sample() does
+        if self._future_tokens is None or self._future_tokens.numel() < tokens.numel():
+            self._future_tokens = torch.zeros(max(tokens.numel(), 2 * self.config.max_running_requests),
+                                              dtype=torch.int64, device=self.device)
+        self._future_tokens[: tokens.numel()].copy_(tokens)
+        if self.device.type != "cuda":
+            return TokenFuture(tokens, None)
+        host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+        host.copy_(tokens, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        return TokenFuture(host, event)
+
+    @torch.inference_mode()
+    def forward_logits(self, batch: Batch) -> torch.Tensor:
+        """Logits [num_reqs, vocab] of each request's last new token. `batch` may live on the CPU:
+        its tensors move to the device without a host-device sync."""
+        if self.graph_runner is not None and self.graph_runner.fits(batch):
+            input_ids = self.graph_runner.load(batch)
+            self._resolve_placeholders(input_ids)
+            return self.graph_runner.replay(batch.size)
+        batch = self._to_device(batch)
+        self._resolve_placeholders(batch.input_ids)
         self.attn_backend.prepare(batch)
         with forward_context(batch, self.attn_backend):
-            logits = self.model.forward(batch)  # [num_reqs, vocab]
-        return sample(logits, batch.reqs)
+            return self.model.forward(batch)
+
+    def _to_device(self, batch: Batch) -> Batch:
+        if batch.input_ids.device == self.device:
+            return batch
+        # one packed copy: [ids | positions | out slots | last indices]
+        parts = [batch.input_ids, batch.positions, batch.out_slots, batch.last_indices]
+        packed = torch.cat(parts)
+        if self.device.type == "cuda":
+            packed = packed.pin_memory().to(self.device, non_blocking=True)
+        else:
+            packed = packed.to(self.device)
+        ids, positions, slots, last = packed.split([p.numel() for p in parts])
+        return dataclasses.replace(batch, input_ids=ids, positions=positions, out_slots=slots, last_indices=last)
+
+    def _resolve_placeholders(self, input_ids: torch.Tensor) -> None:
+        """Replace placeholder ids -(i + 1) by token i of the previous async step, in place."""
+        if self._future_tokens is None:
+            return
+        previous = self._future_tokens[(-input_ids - 1).clamp_(min=0)]
+        input_ids.copy_(torch.where(input_ids < 0, previous, input_ids))
+
+    def release(self, req: Req) -> None:
+        """`req` finished: drop per-request state in the attention backend (its page-table row)."""
+        release = getattr(self.attn_backend, "release", None)
+        if release is not None:
+            release(req)
 
     def shutdown(self) -> None:
+        if self.graph_runner is not None:
+            self.graph_runner.destroy()  # graphs hold captured collectives: before the communicators
+            self.graph_runner = None
         destroy_distributed()
 
 
@@ -141,6 +240,21 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name not in dtypes:
         raise ValueError(f"unknown dtype {name!r}; use auto, float32, bfloat16 or float16")
     return dtypes[name]
+
+
+def resolve_dist_backend(name: str, device: torch.device, tp_size: int) -> str:
+    """`auto`: PyNCCL when every rank has its own GPU, else gloo (CPU, or ranks sharing a GPU:
+    NCCL refuses two ranks on one device)."""
+    backends = ("auto", "gloo", "nccl", "pynccl")
+    if name not in backends:
+        raise ValueError(f"unknown dist backend {name!r}; available: {', '.join(backends)}")
+    own_gpu = device.type == "cuda" and torch.cuda.device_count() >= tp_size
+    if name == "auto":
+        return "pynccl" if own_gpu and tp_size > 1 else "gloo"
+    if name in ("nccl", "pynccl") and not own_gpu:
+        where = "a CPU" if device.type != "cuda" else f"{torch.cuda.device_count()} GPU(s) for {tp_size} ranks"
+        raise ValueError(f"dist backend {name!r} needs one GPU per rank, got {where}; use --dist-backend gloo")
+    return name
 
 
 def _cpu_has_fast_bf16() -> bool:

@@ -1,9 +1,12 @@
-"""RMSNorm, with the residual add fused in: `x + residual` is both normalized and carried on."""
+"""RMSNorm, with the residual add fused in: `x + residual` is both normalized and carried on.
+On CUDA one Triton kernel does both (minisgl/kernel/triton/fused.py)."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from minisgl.kernel import use_triton
 
 from .base import BaseOP
 
@@ -16,11 +19,20 @@ class RMSNorm(BaseOP):
         self.weight = torch.empty(hidden_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if use_triton(x):
+            from minisgl.kernel.triton.fused import rms_norm
+
+            return rms_norm(x, self.weight, self.eps)[0]
         return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
     def forward_with_residual(
         self, x: torch.Tensor, residual: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Add the residual stream first (when there is one), then normalize; return both."""
+        if use_triton(x):
+            from minisgl.kernel.triton.fused import rms_norm
+
+            normed, summed = rms_norm(x, self.weight, self.eps, residual)
+            return normed, x if summed is None else summed
         residual = x if residual is None else x + residual
         return self.forward(residual), residual

@@ -1,7 +1,8 @@
 """Rotary position embedding (RoPE), rotate-half layout as in Hugging Face Llama/Qwen.
 
 Positions come from the scheduler (prefix_len ... prefix_len + new_tokens - 1 for each request),
-so a prompt split into chunks rotates exactly as it would in one piece.
+so a prompt split into chunks rotates exactly as it would in one piece. On CUDA one Triton kernel
+rotates q and k together (minisgl/kernel/triton/fused.py).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import math
 from typing import Any
 
 import torch
+
+from minisgl.kernel import use_triton
 
 from .base import BaseOP
 
@@ -59,6 +62,10 @@ class RotaryEmbedding(BaseOP):
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """q [tokens, q_heads, head_dim], k [tokens, kv_heads, head_dim] -> rotated copies."""
+        if use_triton(q):
+            from minisgl.kernel.triton.fused import rope
+
+            return rope(positions, q, k, self._table(q.device, q.dtype))
         cos, sin = self._table(q.device, q.dtype)[positions].unsqueeze(1).chunk(2, dim=-1)
         return _rotate(q, cos, sin), _rotate(k, cos, sin)
 

@@ -127,6 +127,8 @@ def building_checkpoint(target: Path) -> Iterator[Path]:
     try:
         yield scratch
         scratch.chmod(0o755)  # mkdtemp makes it private; the cache is meant to be shared
+        for written in scratch.iterdir():
+            written.chmod(0o644)  # some writers (safetensors) create files owner-only
         if target.exists() and not is_complete_checkpoint(target):
             # Only a hand-edited cache gets here, since checkpoints appear by rename; replace it.
             shutil.rmtree(target)

@@ -9,7 +9,6 @@ from minisgl.engine.config import EngineConfig
 
 @dataclass
 class SchedulerConfig(EngineConfig):
-    max_running_requests: int = 64
     max_prefill_tokens: int = 2048  # token budget of one prefill step; longer prompts are chunked
     # ZMQ endpoints (ipc:// paths, filled by the launcher): frontend -> rank 0, rank 0 -> frontend,
     # rank 0 -> other ranks.

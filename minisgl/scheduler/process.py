@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 import time
 from multiprocessing.queues import Queue
@@ -19,7 +20,8 @@ def run_scheduler_process(config: SchedulerConfig, ack_queue: Queue) -> None:
     """Entry point of rank `config.tp_info.rank`. Puts ("ready" | "error", rank, detail) on `ack_queue`."""
     rank = config.tp_info.rank
     logging.basicConfig(level=os.environ.get("MINISGL_LOG_LEVEL", "WARNING"), format=f"[rank {rank}] %(message)s")
-    _exit_when_parent_dies()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group; the launcher stops us
+    exit_when_parent_dies()
     try:
         engine = Engine(config)
         io = ZmqIO(config.tp_info, engine.cpu_group, config.requests_addr, config.outputs_addr, config.broadcast_addr)
@@ -35,8 +37,9 @@ def run_scheduler_process(config: SchedulerConfig, ack_queue: Queue) -> None:
         engine.shutdown()
 
 
-def _exit_when_parent_dies() -> None:
-    """No orphans: if the launching process disappears (even by kill -9), this rank exits too."""
+def exit_when_parent_dies() -> None:
+    """No orphans: if the launching process disappears (even by kill -9), this process exits too.
+    Every child of the server calls it (ranks, tokenizers, detokenizer)."""
     parent = os.getppid()
 
     def watch() -> None:

@@ -7,15 +7,26 @@ so every rank takes the same decisions without asking the others (chapter 06):
   chunked over several steps;
 - otherwise decode every running request, sorted by uid.
 Admission reserves KV pages for the prompt plus `max_tokens`, so a running request never runs out.
+
+Overlap (chapter 10, on by default on CUDA): the step is launched without waiting for its tokens,
+and the previous step's tokens are processed while the device runs it. Bookkeeping that needs no
+token value (KV progress, prefill -> decode, one more output slot) happens at launch; the slot holds
+a placeholder -(i + 1), "token i of that step", which the engine fills in on the device when the
+next decode step reads it. Finishing (EOS, length) is therefore seen one step late: a finished
+request rides along in one extra step whose token is dropped. Overlap needs greedy requests only
+(sampling draws on the CPU); any other request in the system turns it off until it leaves.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
+from itertools import chain
+
+import torch
 
 from minisgl.core import Batch, Req
-from minisgl.engine.engine import Engine
+from minisgl.engine.engine import Engine, TokenFuture
 from minisgl.engine.sampler import make_generator
 from minisgl.message import AbortRequest, GenerateRequest, Message, ShutdownRequest, TokenOutput
 
@@ -24,6 +35,8 @@ from .config import SchedulerConfig
 from .io import SchedulerIO
 
 logger = logging.getLogger(__name__)
+
+HOST = torch.device("cpu")  # batches are built here; the engine moves them without a sync
 
 
 class Scheduler:
@@ -38,6 +51,9 @@ class Scheduler:
         self.prefilling: list[Req] = []  # admitted, prompt not fully in the KV cache yet
         self.running: dict[int, Req] = {}  # decoding
         self.stopped = False
+        # overlap: the launched step whose tokens are not processed yet, with (batch row, request,
+        # index of its placeholder in output_ids) of each request that gets a token
+        self.pending: tuple[list[tuple[int, Req, int]], TokenFuture] | None = None
 
     @property
     def has_work(self) -> bool:
@@ -48,13 +64,33 @@ class Scheduler:
             self.step()
 
     def step(self) -> None:
-        """Receive, schedule one batch, run it, send the new tokens."""
-        for message in self.io.receive(blocking=not self.has_work):
+        """Receive, schedule one batch, run it, send the new tokens (with overlap: launch it, then
+        send the previous step's tokens)."""
+        for message in self.io.receive(blocking=not self.has_work and self.pending is None):
             self._handle(message)
+        overlap = self.engine.overlap and self._all_greedy()
+        if not overlap:
+            self._complete_pending()  # every token on the host before scheduling
         batch = self._schedule_prefill() or self._schedule_decode()
+        launched = None
         if batch is not None:
-            tokens = self.engine.forward(batch)
-            self.io.send(self._process_results(batch, tokens))
+            if overlap:
+                future = self.engine.forward_async(batch)
+                launched = (self._advance(batch), future)
+            else:
+                tokens = self.engine.forward(batch)
+                self.io.send(self._complete(self._advance(batch), tokens))
+        self._complete_pending()
+        self.pending = launched
+
+    def _all_greedy(self) -> bool:
+        return all(r.sampling.is_greedy for r in chain(self.waiting, self.prefilling, self.running.values()))
+
+    def _complete_pending(self) -> None:
+        if self.pending is not None:
+            expecting, future = self.pending
+            self.pending = None
+            self.io.send(self._complete(expecting, future.tokens()))
 
     # ---- messages -------------------------------------------------------------------------
     def _handle(self, message: Message) -> None:
@@ -117,39 +153,53 @@ class Scheduler:
             budget -= chunk
         if not reqs:
             return None
-        return make_prefill_batch(reqs, chunks, self.pool, self.engine.device)
+        return make_prefill_batch(reqs, chunks, self.pool, HOST)
 
     def _schedule_decode(self) -> Batch | None:
         if not self.running:
             return None
         reqs = sorted(self.running.values(), key=lambda r: r.uid)  # same order on every rank
-        return make_decode_batch(reqs, self.pool, self.engine.device)
+        return make_decode_batch(reqs, self.pool, HOST)
 
     def _num_admitted(self) -> int:
         return len(self.prefilling) + len(self.running)
 
     # ---- results --------------------------------------------------------------------------
-    def _process_results(self, batch: Batch, tokens: list[int]) -> list[TokenOutput]:
-        outputs: list[TokenOutput] = []
-        for req, extend, token in zip(batch.reqs, batch.extend_lens, tokens):
+    def _advance(self, batch: Batch) -> list[tuple[int, Req, int]]:
+        """What a step does to the requests before its tokens are known: KV progress, prefill ->
+        decode, and a placeholder output slot. Returns (batch row, request, slot index) per token."""
+        expecting: list[tuple[int, Req, int]] = []
+        for row, (req, extend) in enumerate(zip(batch.reqs, batch.extend_lens)):
             req.cached_len += extend
             if not req.prefill_done:
                 continue  # a middle chunk: its sample is meaningless, the prompt goes on next step
             if batch.phase == "prefill":
                 self.prefilling.remove(req)
                 self.running[req.uid] = req
-            req.output_ids.append(token)
-            reason = self._finish_reason(req, token)
+            req.output_ids.append(-(row + 1))  # placeholder: token `row` of this step
+            expecting.append((row, req, len(req.output_ids) - 1))
+        return expecting
+
+    def _complete(self, expecting: list[tuple[int, Req, int]], tokens: list[int]) -> list[TokenOutput]:
+        """Fill in the tokens of one step, finish requests, and build their outputs."""
+        outputs: list[TokenOutput] = []
+        for row, req, index in expecting:
+            if self.running.get(req.uid) is not req:
+                continue  # finished or aborted while this step ran (overlap): the token is dropped
+            token = tokens[row]
+            req.output_ids[index] = token
+            reason = self._finish_reason(req, token, num_output=index + 1)
             if reason is not None:
+                del req.output_ids[index + 1 :]  # placeholders of a step launched meanwhile
                 self._finish(req)
             outputs.append(TokenOutput(req.uid, [token], reason is not None, reason, None, len(req.input_ids)))
         return outputs
 
-    def _finish_reason(self, req: Req, token: int) -> str | None:
+    def _finish_reason(self, req: Req, token: int, num_output: int) -> str | None:
         params = req.sampling
         if (token in self.eos_ids and not params.ignore_eos) or token in params.stop_token_ids:
             return "stop"
-        if len(req.output_ids) >= params.max_tokens or req.total_len >= req.max_total_len:
+        if num_output >= params.max_tokens or len(req.input_ids) + num_output >= req.max_total_len:
             return "length"
         return None
 
@@ -160,5 +210,6 @@ class Scheduler:
         if req in self.prefilling:
             self.prefilling.remove(req)
         self.running.pop(req.uid, None)
+        self.engine.release(req)
         self.pool.allocator.free(req.pages)
         req.pages = []

@@ -40,13 +40,28 @@ def check_tp_fits_machine(tp_size: int, device: str) -> None:
 class RankGroup:
     """The scheduler processes of one run, and the ipc:// addresses to reach rank 0."""
 
-    def __init__(self, config: SchedulerConfig, processes: list[BaseProcess], ipc_dir: str) -> None:
+    def __init__(self, config: SchedulerConfig, processes: list[BaseProcess], ipc_dir: str, acks: mp.Queue) -> None:
         self.config = config
         self.processes = processes
         self._ipc_dir = ipc_dir
+        self._acks = acks  # ("ready" | "error", rank, detail) from each rank
+        self._ready: set[int] = set()
 
     @classmethod
     def start(cls, config: SchedulerConfig, timeout_s: float = START_TIMEOUT_S) -> RankGroup:
+        """Spawn every rank and wait until all of them are ready (or one fails: then stop them all)."""
+        group = cls.spawn(config)
+        try:
+            group._wait_for_acks(timeout_s)
+        except BaseException:
+            group.shutdown()
+            raise
+        return group
+
+    @classmethod
+    def spawn(cls, config: SchedulerConfig) -> RankGroup:
+        """Spawn every rank without waiting: the server starts its tokenizer processes meanwhile and
+        then polls `poll_acks()` for both kinds together."""
         tp_size = config.tp_info.size
         check_tp_fits_machine(tp_size, config.device)
         ipc_dir = tempfile.mkdtemp(prefix="minisgl-")
@@ -66,29 +81,29 @@ class RankGroup:
                                   name=f"minisgl-TP{rank}-scheduler", daemon=False)
             process.start()
             processes.append(process)
-        group = cls(config, processes, ipc_dir)
-        try:
-            group._wait_for_acks(acks, timeout_s)
-        except BaseException:
-            group.shutdown()
-            raise
-        return group
+        return cls(config, processes, ipc_dir, acks)
 
-    def _wait_for_acks(self, acks: mp.Queue, timeout_s: float) -> None:
+    def _wait_for_acks(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
-        ready: set[int] = set()
-        while len(ready) < len(self.processes):
+        while not self.poll_acks(wait_s=0.2):
+            if time.monotonic() > deadline:
+                missing = sorted(set(range(len(self.processes))) - self._ready)
+                raise LaunchError(f"ranks {missing} did not start within {timeout_s:.0f} s")
+            self.check_alive()
+
+    def poll_acks(self, wait_s: float = 0.0) -> bool:
+        """Take the acks that arrived (waiting up to `wait_s` for the first); True once every rank is
+        ready. A rank that reported an error raises `LaunchError` naming it."""
+        while len(self._ready) < len(self.processes):
             try:
-                status, rank, detail = acks.get(timeout=0.2)
+                status, rank, detail = self._acks.get(timeout=wait_s) if wait_s else self._acks.get_nowait()
             except queue.Empty:
-                if time.monotonic() > deadline:
-                    missing = sorted(set(range(len(self.processes))) - ready)
-                    raise LaunchError(f"ranks {missing} did not start within {timeout_s:.0f} s") from None
-                self.check_alive()
-                continue
+                return False
             if status == "error":
                 raise LaunchError(f"rank {rank} failed to start: {detail}")
-            ready.add(rank)
+            self._ready.add(rank)
+            wait_s = 0.0
+        return True
 
     def check_alive(self) -> None:
         for process in self.processes:
@@ -97,13 +112,18 @@ class RankGroup:
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Terminate every rank (SIGTERM, then SIGKILL after `timeout_s`) and remove the ipc dir."""
-        for process in self.processes:
-            if process.is_alive():
-                process.terminate()
-        deadline = time.monotonic() + timeout_s
-        for process in self.processes:
-            process.join(max(0.0, deadline - time.monotonic()))
-            if process.is_alive():
-                process.kill()
-                process.join()
+        stop_processes(self.processes, timeout_s)
         shutil.rmtree(self._ipc_dir, ignore_errors=True)
+
+
+def stop_processes(processes: list[BaseProcess], timeout_s: float = 5.0) -> None:
+    """SIGTERM every live process, wait up to `timeout_s` in total, then SIGKILL the stragglers."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + timeout_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()

@@ -7,7 +7,9 @@ timeout, and a failing rank's exception comes back with its rank number instead 
 from __future__ import annotations
 
 import multiprocessing as mp
+import pickle
 import queue
+import time
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
@@ -34,7 +36,9 @@ def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, port: int, re
         set_tp_info(rank, world_size)
         enable_torch_distributed(dist.group.WORLD)
         dist.barrier()  # everyone is in the group before any rank's logic starts
-        results.put((rank, "ok", fn(rank, world_size, *args)))
+        # pickled here: a tensor put on an mp.Queue as-is travels as a shared-memory handle that
+        # dies with this process, before the parent may have read it
+        results.put((rank, "ok", pickle.dumps(fn(rank, world_size, *args))))
     except BaseException as error:  # noqa: BLE001 - the parent reports it with the rank
         results.put((rank, "error", (type(error).__name__, str(error), traceback.format_exc())))
     finally:
@@ -57,17 +61,23 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: fl
     for proc in procs:
         proc.start()
     collected: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout_s
     try:
         while len(collected) < world_size:
             try:
-                rank, status, payload = results.get(timeout=timeout_s)
+                rank, status, payload = results.get(timeout=0.2)
             except queue.Empty:
                 missing = sorted(set(range(world_size)) - set(collected))
-                raise RankFailed(f"ranks {missing} gave no result within {timeout_s:.0f} s") from None
+                dead = [r for r in missing if procs[r].exitcode is not None]
+                if dead:
+                    raise RankFailed(f"rank {dead[0]} died (exit code {procs[dead[0]].exitcode}) without a result") from None
+                if time.monotonic() > deadline:
+                    raise RankFailed(f"ranks {missing} gave no result within {timeout_s:.0f} s") from None
+                continue
             if status == "error":
                 name, message, trace = payload
                 raise RankFailed(f"rank {rank} raised {name}: {message}\n{trace}")
-            collected[rank] = payload
+            collected[rank] = pickle.loads(payload)
     finally:
         for proc in procs:
             proc.join(timeout=5)

@@ -1,0 +1,108 @@
+"""CUDA graphs for decode steps (chapter 10).
+
+A decode step of a small model is hundreds of tiny kernels; launching them one by one from Python
+costs more than running them. A CUDA graph records the launches of one forward once and replays
+them with a single call. A graph replays fixed addresses and fixed shapes, so:
+- one graph per batch-size bucket (1, 2, 4, 8, then every 8 up to `max_bs`); a batch of 5 runs in
+  the graph of 8, its 3 padding rows reading KV slot 0 (page-table row 0 -> page 0, never handed
+  out) and writing nowhere (out slot -1);
+- the inputs live in static buffers that each replay overwrites: token ids, positions, out slots
+  here, page-table rows and lengths in the attention backend;
+- all graphs share one memory pool, captured largest first, so they cost about one forward's
+  activations in total.
+Graphs are destroyed before the communicators they captured (`Engine.shutdown`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from minisgl.core import Batch, forward_context
+
+logger = logging.getLogger(__name__)
+
+
+def graph_batch_sizes(max_bs: int) -> list[int]:
+    """Buckets [1, 2, 4, 8, 16, 24, ...] up to and including `max_bs`."""
+    sizes = [bs for bs in (1, 2, 4, 8) if bs < max_bs] + list(range(16, max_bs, 8))
+    return sorted(set(sizes) | {max_bs})
+
+
+class CudaGraphRunner:
+    def __init__(self, model, attn_backend, max_bs: int, device: torch.device) -> None:
+        self.model = model
+        self.attn_backend = attn_backend
+        self.batch_sizes = graph_batch_sizes(max_bs)
+        self.max_bs = max_bs
+        # [3, max_bs]: token ids, positions, out slots (padding: 0, 0, -1)
+        self._pad_template = torch.zeros(3, max_bs, dtype=torch.int64)
+        self._pad_template[2].fill_(-1)
+        self.inputs = self._pad_template.to(device)
+        self.last_indices = torch.arange(max_bs, device=device)  # one logits row per request
+        attn_backend.init_graph_buffers(max_bs)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[int, torch.Tensor] = {}  # bs -> static logits [bs, vocab]
+        pool = torch.cuda.graph_pool_handle()
+        for bs in reversed(self.batch_sizes):
+            self._capture(bs, pool)
+        logger.info("captured %d CUDA graphs for decode batch sizes up to %d", len(self.graphs), max_bs)
+
+    def _static_batch(self, bs: int) -> Batch:
+        return Batch(
+            phase="decode",
+            reqs=[],
+            input_ids=self.inputs[0, :bs],
+            positions=self.inputs[1, :bs],
+            out_slots=self.inputs[2, :bs],
+            prefix_lens=[],
+            extend_lens=[],
+            last_indices=self.last_indices[:bs],
+            attn_metadata=self.attn_backend.graph_metadata(bs),
+        )
+
+    def _run(self, batch: Batch) -> torch.Tensor:
+        with forward_context(batch, self.attn_backend):
+            return self.model.forward(batch)
+
+    def _capture(self, bs: int, pool) -> None:
+        batch = self._static_batch(bs)
+        # Warm up outside the graph: kernels compile, cuBLAS picks algorithms, lazy tables fill.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self._run(batch)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            self.outputs[bs] = self._run(batch)
+        self.graphs[bs] = graph
+
+    def fits(self, batch: Batch) -> bool:
+        return batch.phase == "decode" and batch.size <= self.max_bs
+
+    def load(self, batch: Batch) -> torch.Tensor:
+        """Copy `batch` into the static buffers (padding the rest); returns the static token ids
+        [padded bs], which the caller may still rewrite before `replay`."""
+        bs = batch.size
+        host = self._pad_template.clone()
+        host[:, :bs] = torch.stack([batch.input_ids, batch.positions, batch.out_slots]).cpu()
+        self.inputs.copy_(host.pin_memory(), non_blocking=True)
+        self.attn_backend.prepare_graph_replay(batch)
+        return self.inputs[0, : self._bucket(bs)]
+
+    def replay(self, bs: int) -> torch.Tensor:
+        """Run the graph of `bs`'s bucket on the loaded inputs; logits [bs, vocab] (a view of the
+        graph's static output: consume it before the next replay)."""
+        bucket = self._bucket(bs)
+        self.graphs[bucket].replay()
+        return self.outputs[bucket][:bs]
+
+    def _bucket(self, bs: int) -> int:
+        return next(size for size in self.batch_sizes if size >= bs)
+
+    def destroy(self) -> None:
+        torch.cuda.synchronize()
+        self.graphs.clear()
+        self.outputs.clear()

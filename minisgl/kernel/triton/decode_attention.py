@@ -1,0 +1,215 @@
+"""Paged decode attention: one new query token per request against its whole cached K/V.
+
+Two passes (split-K, "flash-decoding"):
+1. grid (requests, kv_heads, splits): each program takes one request, one KV head and one of
+   `num_splits` equal slices of that request's KV positions, and attends with all the query heads
+   that share the KV head (GQA: the group's queries form the rows of one small matrix product, so
+   each K/V tile is read once per group, not once per query head). It writes the slice's softmax-
+   normalised output and its log-sum-exp.
+2. grid (requests, q_heads): merge the slices, weighting slice s by exp(lse_s - logsumexp(lse)).
+
+Splitting keeps the GPU busy when requests x KV heads is small (batch 1 has 3-8 programs without
+it). The number of splits is fixed per call, not derived from the batch size, so a request's
+result does not depend on which requests share its batch or on CUDA-graph padding.
+
+KV position p of a request with page-table row r lives in slot
+`page_table[r, p // page_size] * page_size + p % page_size`.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+
+
+def dot_precision(dtype: torch.dtype) -> str | None:
+    """fp32 inputs multiply in true fp32 ("ieee"), not tf32: fp32 runs are the exact reference
+    runs (same tokens at any TP size), and attention is memory-bound anyway. None: the default."""
+    return "ieee" if dtype == torch.float32 else None
+
+
+@triton.jit
+def _decode_split_kernel(
+    q_ptr,  # [reqs, q_heads, head_dim]
+    k_cache_ptr,  # [slots, kv_heads, head_dim]
+    v_cache_ptr,
+    page_table_ptr,  # [rows, max_pages] int32
+    req_rows_ptr,  # [reqs] int32
+    seq_lens_ptr,  # [reqs] int32
+    out_ptr,  # [reqs, q_heads, splits, head_dim] fp32, or [reqs, q_heads, head_dim] when DIRECT
+    lse_ptr,  # [reqs, q_heads, splits] fp32
+    scale_log2,  # softmax scale * log2(e): exp2 instead of exp
+    q_req_stride,
+    q_head_stride,
+    cache_slot_stride,
+    cache_head_stride,
+    page_table_stride,
+    out_req_stride,
+    out_head_stride,
+    out_split_stride,
+    NUM_HEADS: tl.constexpr,
+    GROUP: tl.constexpr,  # query heads per KV head
+    HEAD_DIM: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    DIRECT: tl.constexpr,  # one split: write the final output, no lse, no merge pass
+    BLOCK_H: tl.constexpr,  # GROUP padded to >= 16 (the smallest tl.dot)
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PRECISION: tl.constexpr,  # see dot_precision
+):
+    req = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    seq_len = tl.load(seq_lens_ptr + req)
+    row = tl.load(req_rows_ptr + req).to(tl.int64)
+    split_len = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    start = split * split_len
+    end = tl.minimum(start + split_len, seq_len)
+
+    heads = kv_head * GROUP + tl.arange(0, BLOCK_H)  # [BLOCK_H]
+    head_mask = tl.arange(0, BLOCK_H) < GROUP
+    dims = tl.arange(0, BLOCK_D)
+    dim_mask = dims < HEAD_DIM
+    q = tl.load(
+        q_ptr + req.to(tl.int64) * q_req_stride + heads[:, None] * q_head_stride + dims[None, :],
+        mask=head_mask[:, None] & dim_mask[None, :],
+        other=0.0,
+    )  # [BLOCK_H, BLOCK_D]
+
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)  # running max of the scores (log2 units)
+    l_i = tl.zeros([BLOCK_H], tl.float32)  # running sum of exp2(score - m_i)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+    for block_start in range(start, end, BLOCK_N):
+        pos = block_start + tl.arange(0, BLOCK_N)
+        pos_mask = pos < end
+        page = tl.load(page_table_ptr + row * page_table_stride + pos // PAGE_SIZE, mask=pos_mask, other=0)
+        slot = page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE  # [BLOCK_N]
+        kv_offs = slot[:, None] * cache_slot_stride + kv_head * cache_head_stride + dims[None, :]
+        kv_mask = pos_mask[:, None] & dim_mask[None, :]
+        k = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2  # [BLOCK_H, BLOCK_N]
+        scores = tl.where(pos_mask[None, :], scores, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(scores, 1))
+        p = tl.exp2(scores - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+
+    has_keys = l_i > 0  # an empty slice (short request, many splits) contributes nothing
+    out = acc / tl.where(has_keys, l_i, 1.0)[:, None]
+    base = out_ptr + req.to(tl.int64) * out_req_stride + heads[:, None] * out_head_stride + dims[None, :]
+    store_mask = head_mask[:, None] & dim_mask[None, :]
+    if DIRECT:
+        tl.store(base, out.to(out_ptr.dtype.element_ty), mask=store_mask)
+    else:
+        tl.store(base + split * out_split_stride, out, mask=store_mask)
+        lse = tl.where(has_keys, m_i + tl.log2(tl.where(has_keys, l_i, 1.0)), float("-inf"))  # log2 units
+        tl.store(lse_ptr + (req * NUM_HEADS + heads) * NUM_SPLITS + split, lse, mask=head_mask)
+
+
+@triton.jit
+def _merge_splits_kernel(
+    partial_ptr,  # [reqs, q_heads, splits, head_dim] fp32
+    lse_ptr,  # [reqs, q_heads, splits] fp32 (log2 units)
+    out_ptr,  # [reqs, q_heads, head_dim]
+    out_req_stride,
+    out_head_stride,
+    NUM_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    req = tl.program_id(0)
+    head = tl.program_id(1)
+    splits = tl.arange(0, BLOCK_S)
+    split_mask = splits < NUM_SPLITS
+    dims = tl.arange(0, BLOCK_D)
+    dim_mask = dims < HEAD_DIM
+    row = req.to(tl.int64) * NUM_HEADS + head
+    lse = tl.load(lse_ptr + row * NUM_SPLITS + splits, mask=split_mask, other=float("-inf"))
+    weights = tl.exp2(lse - tl.max(lse, 0))  # slice 0 always holds keys, so the max is finite
+    weights = weights / tl.sum(weights, 0)
+    partial = tl.load(
+        partial_ptr + (row * NUM_SPLITS + splits[:, None]) * HEAD_DIM + dims[None, :],
+        mask=split_mask[:, None] & dim_mask[None, :],
+        other=0.0,
+    )  # [BLOCK_S, BLOCK_D]
+    out = tl.sum(weights[:, None] * partial, 0)
+    tl.store(
+        out_ptr + req.to(tl.int64) * out_req_stride + head * out_head_stride + dims,
+        out.to(out_ptr.dtype.element_ty),
+        mask=dim_mask,
+    )
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    page_table: torch.Tensor,
+    req_rows: torch.Tensor,
+    seq_lens: torch.Tensor,
+    page_size: int,
+    scale: float,
+    num_splits: int,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """q [reqs, q_heads, d]; caches [slots, kv_heads, d] (one layer); page_table [rows, max_pages];
+    req_rows, seq_lens [reqs] int32 (seq_len >= 1 counts the new token, already stored).
+    Returns [reqs, q_heads, d]."""
+    num_reqs, num_heads, head_dim = q.shape
+    num_kv_heads = k_cache.shape[1]
+    group = num_heads // num_kv_heads
+    if out is None:
+        out = torch.empty_like(q)
+    if num_reqs == 0:
+        return out
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    direct = num_splits == 1
+    if direct:
+        partial, lse = out, out  # lse unused
+        partial_strides = (out.stride(0), out.stride(1), 0)
+    else:
+        partial = torch.empty(num_reqs, num_heads, num_splits, head_dim, dtype=torch.float32, device=q.device)
+        lse = torch.empty(num_reqs, num_heads, num_splits, dtype=torch.float32, device=q.device)
+        partial_strides = (partial.stride(0), partial.stride(1), partial.stride(2))
+    _decode_split_kernel[(num_reqs, num_kv_heads, num_splits)](
+        q, k_cache, v_cache, page_table, req_rows, seq_lens, partial, lse,
+        scale * LOG2E,
+        q.stride(0), q.stride(1),
+        k_cache.stride(0), k_cache.stride(1),
+        page_table.stride(0),
+        *partial_strides,
+        NUM_HEADS=num_heads,
+        GROUP=group,
+        HEAD_DIM=head_dim,
+        PAGE_SIZE=page_size,
+        NUM_SPLITS=num_splits,
+        DIRECT=direct,
+        BLOCK_H=max(16, triton.next_power_of_2(group)),
+        BLOCK_N=64 if block_d <= 128 else 32,
+        BLOCK_D=block_d,
+        PRECISION=dot_precision(q.dtype),
+        num_warps=4,
+        num_stages=2,
+    )
+    if not direct:
+        _merge_splits_kernel[(num_reqs, num_heads)](
+            partial, lse, out, out.stride(0), out.stride(1),
+            NUM_HEADS=num_heads,
+            HEAD_DIM=head_dim,
+            NUM_SPLITS=num_splits,
+            BLOCK_S=triton.next_power_of_2(num_splits),
+            BLOCK_D=block_d,
+            num_warps=1 if block_d <= 64 else 2,
+        )
+    return out

