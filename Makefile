@@ -1,13 +1,13 @@
 # Two commands set up everything on a fresh machine:
 #   make run    start the OpenAI-compatible server on the embedded SmolLM2 (converts it once)
-#   make test   install what the tests need and run them
+#   make test   install what the tests need; run the tests, the grader on solutions/, the notebooks, the site build
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TP ?= 1
 
-.PHONY: install run shell test test-engine grade docs serve-docs check-env bench clean
+.PHONY: install run shell test grade docs serve-docs check-env bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,11 @@ run: install
 shell: install
 	$(PY) -m minisgl --tp-size $(TP) --shell
 
+# Everything CI checks: engine tests (GPU ones skip with a reason on CPU), the grader on the
+# reference solutions, every chapter notebook executed, and the site built strictly.
 test: install
-	$(PY) -m pytest tests exercises --impl solutions -q
+	$(PY) -m pytest tests exercises chapters --impl solutions --nbmake --nbmake-timeout=300 -q -p no:cacheprovider
+	$(VENV)/bin/mkdocs build --strict --quiet --site-dir $(CURDIR)/site
 
 grade: install
 	$(PY) -m pytest exercises -q
