@@ -1,5 +1,6 @@
 """Typed messages that cross process boundaries, and their msgpack wire format (chapter 06)."""
 
+from .frontend import DetokenizeStart, TextOutput, TokenizeRequest
 from .messages import (
     AbortRequest,
     GenerateRequest,
@@ -13,10 +14,13 @@ from .messages import (
 
 __all__ = [
     "AbortRequest",
+    "DetokenizeStart",
     "GenerateRequest",
     "Message",
     "ShutdownRequest",
+    "TextOutput",
     "TokenOutput",
+    "TokenizeRequest",
     "decode_message",
     "encode_message",
     "register_message",

@@ -64,7 +64,7 @@ def encode_message(message: Any) -> bytes:
 def decode_message(data: bytes) -> Any:
     raw: dict[str, Any] = msgpack.unpackb(data)
     cls = _TYPES[raw.pop("type")]
-    if cls is GenerateRequest:
+    if isinstance(raw.get("sampling"), dict):  # any message may carry a SamplingParams as `sampling`
         raw["sampling"] = SamplingParams(**raw["sampling"])
     names = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in raw.items() if k in names})

@@ -1,0 +1,336 @@
+"""The HTTP API (chapter 02): OpenAI-compatible `/v1/chat/completions`, `/v1/completions` and
+`/v1/models`, plus `/health` and the native `/generate` (which also returns token ids).
+
+Each handler validates its body, submits the prompt through the `Frontend`, and waits for the
+first output before answering: an error that the tokenizer or the scheduler finds (prompt longer
+than the context, ...) still becomes a proper 400 instead of a stream that breaks off. A client
+that disconnects has its request aborted, which frees its KV pages at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import uvicorn
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from minisgl.message import TextOutput
+from minisgl.models.config import ModelConfig
+
+from .args import ServerArgs
+from .frontend import ClientGone, Frontend, Overloaded, RequestStream, Unavailable
+from .launch import ChildWatcher, ServerProcesses
+from .protocol import (
+    ApiError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    GenerateRequestBody,
+    chat_messages,
+    completion_prompt,
+    parse_body,
+    sampling_from_native,
+    sampling_from_openai,
+    usage,
+)
+from .ranks import LaunchError
+
+logger = logging.getLogger("minisgl")
+
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat defaults to "until done"
+
+
+class ApiState:
+    """What the handlers share: the frontend (created inside the server's event loop), the model."""
+
+    def __init__(self, args: ServerArgs, processes: ServerProcesses) -> None:
+        self.args = args
+        self.processes = processes
+        self.model_name = args.served_model_name
+        self.model_path = str(args.scheduler.model_path)
+        self.context_len = ModelConfig.from_dir(args.scheduler.model_path).max_position_embeddings
+        self.created = int(time.time())
+        self.frontend: Frontend | None = None
+
+    def check_model(self, model: str | None) -> None:
+        if model not in (None, self.model_name, self.model_path):
+            raise ApiError(404, f"the model '{model}' does not exist; this server serves '{self.model_name}'",
+                           "model", "model_not_found")
+
+
+def create_app(state: ApiState, on_startup: Callable[[Frontend], None] = lambda frontend: None) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.frontend = Frontend(state.processes.tokenizer_addrs, state.processes.api_addr,
+                                  state.args.max_pending_requests)
+        state.frontend.start()
+        on_startup(state.frontend)
+        yield
+        await state.frontend.close()
+
+    app = FastAPI(title="minisgl", lifespan=lifespan)
+
+    # ---- errors in OpenAI's shape -----------------------------------------------------------
+    @app.exception_handler(ApiError)
+    async def on_api_error(request: Request, error: ApiError) -> JSONResponse:
+        return JSONResponse(error.body(), status_code=error.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(ApiError(error.status_code, str(error.detail)).body(), status_code=error.status_code)
+
+    @app.exception_handler(Exception)
+    async def on_crash(request: Request, error: Exception) -> JSONResponse:
+        logger.exception("internal error on %s", request.url.path)
+        return JSONResponse(ApiError(500, f"internal error: {type(error).__name__}: {error}").body(), status_code=500)
+
+    async def require_api_key(request: Request) -> None:
+        key = state.args.api_key
+        if key is not None and request.headers.get("authorization") != f"Bearer {key}":
+            raise ApiError(401, "invalid or missing API key: send the header 'Authorization: Bearer <key>'",
+                           code="invalid_api_key")
+
+    # /health stays open (load balancers probe it); everything else needs the key when one is set
+    protected = APIRouter(dependencies=[Depends(require_api_key)])
+
+    # ---- endpoints ----------------------------------------------------------------------------
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        """200 while every process is alive, with how many requests are in flight and how many
+        aborts rank 0 has confirmed; 503 (naming the dead child) otherwise."""
+        frontend = state.frontend
+        if frontend is None or frontend.failure is not None:
+            return JSONResponse(ApiError(503, frontend.failure if frontend else "starting").body(), status_code=503)
+        return JSONResponse({"status": "ok", "in_flight": frontend.num_pending, "aborted": frontend.num_aborted})
+
+    @protected.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": state.model_name, "object": "model", "created": state.created,
+                                             "owned_by": "minisgl", "max_model_len": state.context_len}]}
+
+    @protected.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        body = parse_body(CompletionRequest, await _json(request))
+        state.check_model(body.model)
+        sampling, stop = sampling_from_openai(body, ("max_tokens", body.max_tokens),
+                                              COMPLETIONS_DEFAULT_MAX_TOKENS, state.context_len)
+        stream = _submit(state, sampling, stop, **completion_prompt(body))
+        return await _respond(stream, request, body.stream, _include_usage(body),
+                              _OpenAIFormat("cmpl", "text_completion", state.model_name, chat=False))
+
+    @protected.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        body = parse_body(ChatCompletionRequest, await _json(request))
+        state.check_model(body.model)
+        if body.max_completion_tokens is not None:
+            max_tokens = ("max_completion_tokens", body.max_completion_tokens)
+        else:
+            max_tokens = ("max_tokens", body.max_tokens)
+        sampling, stop = sampling_from_openai(body, max_tokens, state.context_len, state.context_len)
+        stream = _submit(state, sampling, stop, messages=chat_messages(body))
+        return await _respond(stream, request, body.stream, _include_usage(body),
+                              _OpenAIFormat("chatcmpl", "chat.completion", state.model_name, chat=True))
+
+    @protected.post("/generate")
+    async def generate(request: Request) -> Response:
+        body = parse_body(GenerateRequestBody, await _json(request))
+        if (body.text is None) == (body.input_ids is None):
+            raise ApiError(400, "give exactly one of 'text' and 'input_ids'", "text")
+        sampling, stop = sampling_from_native(body.sampling_params, state.context_len)
+        prompt = {"text": body.text} if body.text is not None else {"input_ids": body.input_ids}
+        stream = _submit(state, sampling, stop, **prompt)
+        return await _respond(stream, request, body.stream, True, _NativeFormat())
+
+    app.include_router(protected)
+    return app
+
+
+async def _json(request: Request) -> Any:
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ApiError(400, f"the request body is not valid JSON: {error}") from None
+
+
+def _include_usage(body: Any) -> bool:
+    return bool(body.stream_options and body.stream_options.include_usage)
+
+
+def _submit(state: ApiState, sampling: Any, stop: list[str], **prompt: Any) -> RequestStream:
+    assert state.frontend is not None
+    try:
+        return state.frontend.submit(sampling, stop=stop, **prompt)
+    except (Overloaded, Unavailable) as error:
+        raise ApiError(503, str(error), code="overloaded" if isinstance(error, Overloaded) else None) from None
+
+
+# ---- answering: whole, or as server-sent events -------------------------------------------------
+class _OpenAIFormat:
+    """The JSON of an OpenAI completion or chat completion, whole or as stream chunks."""
+
+    def __init__(self, prefix: str, obj: str, model: str, chat: bool) -> None:
+        self.id = f"{prefix}-{uuid.uuid4().hex}"
+        self.obj = obj
+        self.model = model
+        self.chat = chat
+        self.created = int(time.time())
+
+    def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": choices}
+
+    def whole(self, text: str, token_ids: list[int], last: TextOutput) -> dict[str, Any]:
+        if self.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                      "finish_reason": last.finish_reason}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": last.finish_reason}
+        return {**self._envelope(self.obj, [choice]), "usage": usage(last.prompt_tokens, last.completion_tokens)}
+
+    def chunks(self, output: TextOutput, first: bool, include_usage: bool) -> list[dict[str, Any]]:
+        obj = "chat.completion.chunk" if self.chat else "text_completion"
+        out: list[dict[str, Any]] = []
+        if self.chat and first:
+            out.append(self._envelope(obj, [self._choice({"role": "assistant", "content": ""}, None)]))
+        if output.text:
+            out.append(self._envelope(obj, [self._choice(output.text, None)]))
+        if output.finished:
+            out.append(self._envelope(obj, [self._choice("" if not self.chat else {}, output.finish_reason)]))
+            if include_usage:
+                out.append({**self._envelope(obj, []), "usage": usage(output.prompt_tokens, output.completion_tokens)})
+        return out
+
+    def _choice(self, content: str | dict[str, str], finish_reason: str | None) -> dict[str, Any]:
+        if self.chat:
+            delta = content if isinstance(content, dict) else {"content": content}
+            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return {"index": 0, "text": content, "logprobs": None, "finish_reason": finish_reason}
+
+
+class _NativeFormat:
+    """/generate: text plus the output token ids, whole or as they come."""
+
+    def whole(self, text: str, token_ids: list[int], last: TextOutput) -> dict[str, Any]:
+        return {"text": text, "output_ids": token_ids, "finish_reason": last.finish_reason,
+                "usage": usage(last.prompt_tokens, last.completion_tokens)}
+
+    def chunks(self, output: TextOutput, first: bool, include_usage: bool) -> list[dict[str, Any]]:
+        chunk: dict[str, Any] = {"text": output.text, "output_ids": output.token_ids,
+                                 "finish_reason": output.finish_reason if output.finished else None}
+        if output.finished:
+            chunk["usage"] = usage(output.prompt_tokens, output.completion_tokens)
+        return [chunk]
+
+
+async def _respond(stream: RequestStream, request: Request, streaming: bool, include_usage: bool,
+                   fmt: _OpenAIFormat | _NativeFormat) -> Response:
+    """Wait for the first output (an error there is still a plain 4xx), then answer whole or stream."""
+    try:
+        first = await _next(stream, request)
+    except BaseException:
+        stream.close()
+        raise
+    if first is None:
+        stream.close()
+        return Response(status_code=499)  # the client left (nginx's code for it); nobody reads this
+    if first.error is not None:
+        raise ApiError(400, first.error)
+    if not streaming:
+        try:
+            whole = await _whole(stream, request, first, fmt)
+        finally:
+            stream.close()
+        return Response(status_code=499) if whole is None else JSONResponse(whole)
+    return StreamingResponse(_events(stream, request, first, fmt, include_usage), media_type="text/event-stream")
+
+
+async def _next(stream: RequestStream, request: Request) -> TextOutput | None:
+    try:
+        return await stream.next(request.is_disconnected)
+    except ClientGone:
+        return None
+    except Unavailable as error:
+        raise ApiError(503, str(error)) from None
+
+
+async def _whole(stream: RequestStream, request: Request, output: TextOutput, fmt: Any) -> dict[str, Any] | None:
+    """The whole answer, or None if the client left before it was done."""
+    text, token_ids = output.text, list(output.token_ids)
+    while not output.finished:
+        next_output = await _next(stream, request)
+        if next_output is None:
+            return None
+        output = next_output
+        text += output.text
+        token_ids += output.token_ids
+    if output.error is not None:
+        raise ApiError(400, output.error)
+    return fmt.whole(text, token_ids, output)
+
+
+async def _events(stream: RequestStream, request: Request, output: TextOutput, fmt: Any,
+                  include_usage: bool) -> AsyncIterator[str]:
+    """Server-sent events; a disconnect cancels this generator and the `finally` aborts the request."""
+    try:
+        first = True
+        while True:
+            if output.error is not None:
+                yield _sse(ApiError(500, output.error).body())
+                return
+            for chunk in fmt.chunks(output, first, include_usage):
+                yield _sse(chunk)
+            first = False
+            if output.finished:
+                yield "data: [DONE]\n\n"
+                return
+            next_output = await _next(stream, request)
+            if next_output is None:
+                return
+            output = next_output
+    except ApiError as error:  # a child died mid-stream: say so in the stream, then end it
+        yield _sse(error.body())
+    finally:
+        stream.close()
+
+
+def _sse(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+def run_api_server(args: ServerArgs, processes: ServerProcesses, watcher: ChildWatcher, sock: socket.socket) -> None:
+    """Serve HTTP on `sock` until Ctrl-C, SIGTERM, or a child's death (then `watcher.failure` says which)."""
+    state = ApiState(args, processes)
+    server: uvicorn.Server | None = None
+
+    def on_startup(frontend: Frontend) -> None:
+        loop = asyncio.get_running_loop()
+
+        def on_failure(reason: str) -> None:  # runs on the watcher thread
+            loop.call_soon_threadsafe(frontend.fail_all, reason)
+            assert server is not None
+            server.should_exit = True
+
+        watcher.on_failure = on_failure
+        watcher.start()
+        host, port = sock.getsockname()[:2]
+        logger.info("ready: %s at http://%s:%d/v1 (OpenAI API), /generate, /health", state.model_name, host, port)
+
+    debug = args.log_level == "debug"
+    config = uvicorn.Config(create_app(state, on_startup), log_level="debug" if debug else "warning",
+                            access_log=debug, timeout_graceful_shutdown=2)
+    server = uvicorn.Server(config)
+    if args.api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        logger.warning("listening on %s without --api-key: anyone who can reach this port can use the model",
+                       args.host)
+    server.run(sockets=[sock])
+    if not server.started:
+        raise LaunchError("the HTTP server did not start (its error is above)")

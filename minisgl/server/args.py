@@ -1,0 +1,199 @@
+"""`python -m minisgl` command-line arguments -> `ServerArgs`, and the checks that must fail before
+anything is spawned (chapter 02).
+
+As in mini-SGLang, the parent's scheduler config carries `tp_info = DistributedInfo(0, tp_size)`;
+the launcher replaces it by `DistributedInfo(rank, tp_size)` for each rank it spawns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from minisgl.attention.base import resolve_attention_backend
+from minisgl.distributed import DistributedInfo
+from minisgl.engine.engine import resolve_dist_backend
+from minisgl.models.config import ModelConfig
+from minisgl.scheduler import SchedulerConfig
+
+from .ranks import check_tp_fits_machine
+
+DEFAULT_PORT = 8000
+
+
+class ArgsError(ValueError):
+    """An invalid flag or combination of flags; the message names the fix."""
+
+
+@dataclass
+class ServerArgs:
+    scheduler: SchedulerConfig  # the engine and batching config every rank starts from
+    served_model_name: str = ""  # the `model` clients name; default: the model directory's name
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    num_tokenizers: int = 1
+    api_key: str | None = None
+    max_pending_requests: int = 1024  # requests the API holds at once; beyond it, 503
+    start_timeout_s: float = 300.0
+    log_level: str = "info"
+    shell: bool = False
+
+
+def build_parser() -> argparse.ArgumentParser:
+    defaults = SchedulerConfig  # dataclass defaults: one source of truth for the engine's
+    parser = argparse.ArgumentParser(
+        prog="minisgl",
+        description="Serve a model over an OpenAI-compatible HTTP API (or chat with it in a shell),\n"
+        "with one scheduler process per tensor-parallel rank.",
+        epilog="examples:\n"
+        "  python -m minisgl                                 # embedded SmolLM2 on http://127.0.0.1:8000\n"
+        "  python -m minisgl --tp-size 3 --dtype float32     # three CPU ranks, same answers\n"
+        "  python -m minisgl --model ~/models/Qwen3-0.6B --device cuda\n"
+        "  python -m minisgl --shell                         # chat in the terminal",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    model = parser.add_argument_group("model")
+    model.add_argument("--model", "--model-path", dest="model", metavar="DIR",
+                       help="Hugging Face checkpoint directory (default: the embedded SmolLM2-135M-Instruct)")
+    model.add_argument("--served-model-name", metavar="NAME",
+                       help="the model name clients pass (default: the model directory's name)")
+    model.add_argument("--load-format", default=defaults.load_format, choices=["safetensors", "dummy"],
+                       help="dummy = random weights from config.json alone (benchmarks; the tokenizer is still read)")
+    model.add_argument("--dtype", default=defaults.dtype, choices=["auto", "float32", "bfloat16", "float16"],
+                       help="weights and KV dtype; auto = bfloat16 on CUDA and bf16-capable CPUs, else float32")
+
+    parallel = parser.add_argument_group("processes and devices")
+    parallel.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1, metavar="N",
+                          help="tensor-parallel ranks, one scheduler process each (default: 1)")
+    parallel.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                          help="auto = cuda when torch sees a GPU, else cpu")
+    parallel.add_argument("--dist-backend", default=defaults.dist_backend, choices=["auto", "gloo", "nccl", "pynccl"],
+                          help="tensor collectives; auto = pynccl with one GPU per rank, else gloo")
+    parallel.add_argument("--attention-backend", default=defaults.attention_backend,
+                          choices=["auto", "torch", "triton"],
+                          help="auto = triton on CUDA (when installed), torch elsewhere")
+    parallel.add_argument("--num-tokenizers", type=int, default=1, metavar="N",
+                          help="tokenizer worker processes (default: 1)")
+
+    batching = parser.add_argument_group("batching and KV cache")
+    batching.add_argument("--max-running-requests", type=int, default=defaults.max_running_requests, metavar="N",
+                          help=f"requests decoded together (default: {defaults.max_running_requests})")
+    batching.add_argument("--max-prefill-length", type=int, default=defaults.max_prefill_tokens, metavar="TOKENS",
+                          help="prompt tokens per prefill step; longer prompts are chunked "
+                          f"(default: {defaults.max_prefill_tokens})")
+    batching.add_argument("--page-size", type=int, default=defaults.page_size, metavar="TOKENS",
+                          help=f"tokens per KV page (default: {defaults.page_size})")
+    budget = batching.add_mutually_exclusive_group()
+    budget.add_argument("--num-pages", type=int, metavar="N", help="KV cache size in pages")
+    budget.add_argument("--kv-memory-gb", type=float, metavar="GB",
+                        help="KV cache size in GiB per rank (default: sized from free memory)")
+    batching.add_argument("--max-pending-requests", type=int, default=1024, metavar="N",
+                          help="requests in flight before the API answers 503 (default: 1024)")
+
+    server = parser.add_argument_group("server")
+    server.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1, this machine only)")
+    server.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help=f"HTTP port (default: {DEFAULT_PORT}; 0 = any free)")
+    server.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY' on /v1 and /generate")
+    server.add_argument("--shell", action="store_true", help="chat in this terminal instead of serving HTTP")
+    server.add_argument("--seed", type=int, default=defaults.seed,
+                        help="base seed of requests that give none (default: %(default)s)")
+    server.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    server.add_argument("--start-timeout", type=float, default=300.0, metavar="SECONDS",
+                        help="how long every child process gets to report ready (default: 300)")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> ServerArgs:
+    """Parse flags (argparse exits on unknown ones); the embedded model is converted here on first
+    use. The checks that read the model or the machine come in `check_args`."""
+    ns = build_parser().parse_args(argv)
+    if ns.model is None:
+        from minisgl.models.default_model import ensure_default_model
+
+        model_path = ensure_default_model()
+    else:
+        model_path = Path(ns.model).expanduser()
+    device = ns.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    scheduler = SchedulerConfig(
+        model_path=model_path,
+        tp_info=DistributedInfo(0, ns.tp_size),
+        device=device,
+        dtype=ns.dtype,
+        page_size=ns.page_size,
+        num_pages=ns.num_pages,
+        kv_memory_gb=ns.kv_memory_gb,
+        dist_backend=ns.dist_backend,
+        attention_backend=ns.attention_backend,
+        load_format=ns.load_format,
+        seed=ns.seed,
+        max_running_requests=ns.max_running_requests,
+        max_prefill_tokens=ns.max_prefill_length,
+    )
+    return ServerArgs(
+        scheduler=scheduler,
+        served_model_name=ns.served_model_name or "",
+        host=ns.host,
+        port=ns.port,
+        num_tokenizers=ns.num_tokenizers,
+        api_key=ns.api_key,
+        max_pending_requests=ns.max_pending_requests,
+        start_timeout_s=ns.start_timeout,
+        log_level=ns.log_level,
+        shell=ns.shell,
+    )
+
+
+def check_args(args: ServerArgs) -> ServerArgs:
+    """Every check that needs no child process; raises `ArgsError` (or `ModelError`) with one line.
+    Returns `args` with `served_model_name` filled in."""
+    config = args.scheduler
+    positive = {"--tp-size": config.tp_info.size, "--num-tokenizers": args.num_tokenizers,
+                "--max-running-requests": config.max_running_requests,
+                "--max-prefill-length": config.max_prefill_tokens, "--page-size": config.page_size,
+                "--max-pending-requests": args.max_pending_requests}
+    for flag, value in positive.items():
+        if value < 1:
+            raise ArgsError(f"{flag} must be at least 1, got {value}")
+    if config.num_pages is not None and config.num_pages < 2:
+        raise ArgsError(f"--num-pages must be at least 2 (one page is reserved), got {config.num_pages}")
+    if config.kv_memory_gb is not None and config.kv_memory_gb <= 0:
+        raise ArgsError(f"--kv-memory-gb must be positive, got {config.kv_memory_gb}")
+    if not 0 <= args.port <= 65535:
+        raise ArgsError(f"--port must be in 0..65535, got {args.port}")
+    if config.device == "cuda" and not torch.cuda.is_available():
+        raise ArgsError("--device cuda, but torch sees no CUDA GPU; use --device cpu")
+    try:  # the engine's own rules, run here so a bad choice fails before any process starts
+        resolve_dist_backend(config.dist_backend, torch.device(config.device), config.tp_info.size)
+        resolve_attention_backend(config.attention_backend, torch.device(config.device))
+    except ValueError as error:
+        raise ArgsError(str(error)) from None
+
+    model_config = ModelConfig.from_dir(config.model_path)  # a missing or foreign dir fails here
+    model_config.check_tp_size(config.tp_info.size)  # "tp_size=2 does not divide ...; valid tp sizes: 1, 3"
+    check_tp_fits_machine(config.tp_info.size, config.device)
+    name = args.served_model_name or config.model_path.resolve().name
+    return dataclasses.replace(args, served_model_name=name)
+
+
+def bind_http_socket(host: str, port: int) -> socket.socket:
+    """Bind the HTTP port now, before any child starts, so a taken port fails in a second; uvicorn
+    serves on this very socket later (no window for another process to take the port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise ArgsError(f"cannot listen on {host}:{port} ({error.strerror}); pass another --port or --host") from None
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    return sock

@@ -1,0 +1,146 @@
+"""The main process's end of the pipeline, shared by the HTTP API and the shell (chapter 02):
+send `TokenizeRequest`s to the tokenizer workers, receive `TextOutput`s from the detokenizer, and
+hand each request its own stream of outputs.
+
+A request always goes to tokenizer worker `uid % num_tokenizers`, and so does its abort: one
+worker forwards both in order, so rank 0 never sees an abort before the request it cancels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from minisgl.core import SamplingParams
+from minisgl.message import AbortRequest, TextOutput, TokenizeRequest, decode_message, encode_message
+
+DISCONNECT_POLL_S = 1.0  # how often a waiting request checks whether its client is still there
+
+
+class Overloaded(Exception):
+    """Too many requests in flight; the API answers 503."""
+
+
+class Unavailable(Exception):
+    """A child process died: nothing will answer any more; the API answers 503."""
+
+
+class ClientGone(Exception):
+    """The client disconnected while its request was running."""
+
+
+class Frontend:
+    def __init__(self, tokenizer_addrs: list[str], api_addr: str, max_pending: int) -> None:
+        self.max_pending = max_pending
+        self._push_context = zmq.Context()  # sends never wait (no high-water mark), so plain sockets
+        self._tokenizers = []
+        for addr in tokenizer_addrs:
+            sock = self._push_context.socket(zmq.PUSH)
+            sock.setsockopt(zmq.SNDHWM, 0)  # never block the event loop; max_pending bounds the queue
+            sock.connect(addr)
+            self._tokenizers.append(sock)
+        self._pull_context = zmq.asyncio.Context()
+        self._outputs = self._pull_context.socket(zmq.PULL)
+        self._outputs.bind(api_addr)
+        self._streams: dict[int, asyncio.Queue[TextOutput | Exception]] = {}
+        self._uids = itertools.count()
+        self.failure: str | None = None
+        self.num_aborted = 0
+        self._reader: asyncio.Task | None = None
+
+    def start(self) -> None:
+        """Start receiving; call from inside the event loop that will serve requests."""
+        self._reader = asyncio.get_running_loop().create_task(self._read_outputs())
+
+    async def _read_outputs(self) -> None:
+        try:
+            while True:
+                output: TextOutput = decode_message(await self._outputs.recv())
+                stream = self._streams.get(output.uid)
+                if stream is not None:
+                    stream.put_nowait(output)
+                elif output.finish_reason == "abort":
+                    self.num_aborted += 1  # rank 0 confirms an abort: the request's KV pages are free
+                # else: the tail of an abandoned request, dropped
+        except Exception as error:  # without this reader nothing answers: fail loudly, never hang
+            self.fail_all(f"the API's output reader stopped: {type(error).__name__}: {error}")
+
+    @property
+    def num_pending(self) -> int:
+        return len(self._streams)
+
+    def submit(
+        self,
+        sampling: SamplingParams,
+        *,
+        text: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        input_ids: list[int] | None = None,
+        stop: list[str] | None = None,
+    ) -> RequestStream:
+        """Send one prompt (exactly one of `text`, `messages`, `input_ids`) on its way."""
+        if self.failure is not None:
+            raise Unavailable(self.failure)
+        if len(self._streams) >= self.max_pending:
+            raise Overloaded(f"{len(self._streams)} requests are in flight (--max-pending-requests); retry later")
+        uid = next(self._uids)
+        self._streams[uid] = asyncio.Queue()
+        request = TokenizeRequest(uid, sampling, text, messages, input_ids, list(stop or []))
+        self._tokenizer_of(uid).send(encode_message(request))
+        return RequestStream(self, uid)
+
+    def _tokenizer_of(self, uid: int) -> zmq.Socket:
+        return self._tokenizers[uid % len(self._tokenizers)]
+
+    def abort(self, uid: int) -> None:
+        """Forget `uid` and tell rank 0 to stop it and free its KV pages."""
+        if self._streams.pop(uid, None) is not None:
+            self._tokenizer_of(uid).send(encode_message(AbortRequest(uid)))
+
+    def fail_all(self, reason: str) -> None:
+        """A child died: end every waiting request with `Unavailable`, and refuse new ones."""
+        self.failure = reason
+        for stream in self._streams.values():
+            stream.put_nowait(Unavailable(reason))
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+        self._push_context.destroy(linger=0)
+        self._pull_context.destroy(linger=0)
+
+
+class RequestStream:
+    """One request's outputs, in order. `close()` (always, in a `finally`) aborts it if unfinished."""
+
+    def __init__(self, frontend: Frontend, uid: int) -> None:
+        self.frontend = frontend
+        self.uid = uid
+        self._queue = frontend._streams[uid]
+        self.finished = False
+
+    async def next(self, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> TextOutput:
+        """The next output; raises `ClientGone` if `is_disconnected()` says so while waiting."""
+        while True:
+            try:
+                item = await asyncio.wait_for(self._queue.get(), DISCONNECT_POLL_S)
+            except asyncio.TimeoutError:
+                if is_disconnected is not None and await is_disconnected():
+                    raise ClientGone from None
+                continue
+            if isinstance(item, Exception):
+                raise item
+            if item.finished:
+                self.finished = True
+                self.frontend._streams.pop(self.uid, None)
+            return item
+
+    def close(self) -> None:
+        if not self.finished:
+            self.frontend.abort(self.uid)

@@ -1,0 +1,142 @@
+"""The server's life: bad flags and failing children stop it with one line naming the cause;
+SIGTERM stops it cleanly; a rank killed with SIGKILL takes the server down with a non-zero exit;
+no child process outlives it; the shell chats and exits."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from minisgl.testing.server import RunningServer
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def run_cli(*args: str, timeout: float = 120, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "minisgl", *args], capture_output=True, text=True,
+                          timeout=timeout, input=stdin)
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("minisgl: error:")]
+
+
+def tiny_server_args(tiny_model_dir, *extra: str) -> list[str]:
+    return ["--model", str(tiny_model_dir("llama")), "--device", "cpu", "--dtype", "float32", *extra]
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    return psutil.Process(pid).children(recursive=True)
+
+
+def assert_all_gone(processes: list[psutil.Process], timeout_s: float = 10.0) -> None:
+    """Every process has exited (a zombie waiting for a reaper counts as gone: it runs nothing)."""
+    deadline = time.monotonic() + timeout_s
+    for process in processes:
+        while True:
+            try:
+                if not process.is_running() or process.status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            assert time.monotonic() < deadline, f"pid {process.pid} still runs: {process.cmdline()}"
+            time.sleep(0.1)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "/no/such/model"], "does not exist"),
+        (["--tp-size", "2"], "valid tp sizes: 1, 3"),  # the embedded SmolLM2 has 9 heads
+        (["--num-tokenizers", "0"], "--num-tokenizers must be at least 1"),
+        (["--dist-backend", "nccl", "--device", "cpu"], "needs one GPU per rank"),
+    ],
+)
+def test_bad_flags_fail_fast_with_one_line(args, message):
+    result = run_cli(*args, "--device", "cpu", "--dtype", "float32")
+    assert result.returncode == 2
+    assert error_lines(result.stderr) == result.stderr.strip().splitlines()  # nothing else printed
+    assert len(error_lines(result.stderr)) == 1 and message in result.stderr
+
+
+def test_port_in_use_fails_fast(tiny_model_dir):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli("--model", str(tiny_model_dir("llama")), "--port", str(port), timeout=60)
+    assert result.returncode == 2
+    assert len(error_lines(result.stderr)) == 1 and f"127.0.0.1:{port}" in result.stderr
+
+
+def test_child_failing_at_start_is_named(tiny_model_dir, tmp_path):
+    broken = tmp_path / "no-weights"
+    shutil.copytree(tiny_model_dir("llama"), broken, ignore=shutil.ignore_patterns("*.safetensors*"))
+    process = subprocess.Popen([sys.executable, "-m", "minisgl", "--model", str(broken), "--tp-size", "2",
+                                "--device", "cpu", "--dtype", "float32", "--port", "0", "--log-level", "warning"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    children: list[psutil.Process] = []
+    while process.poll() is None:  # collect the children while they exist
+        try:
+            children = descendants(process.pid) or children
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 1
+    assert len(error_lines(stderr)) == 1
+    assert "failed to start" in stderr and "safetensors" in stderr
+    assert children, "the server should have spawned children before failing"
+    assert_all_gone(children)
+
+
+def test_sigterm_stops_everything(tiny_model_dir):
+    server = RunningServer(tiny_server_args(tiny_model_dir, "--tp-size", "2"))
+    children = descendants(server.process.pid)
+    assert len(children) >= 4  # 2 ranks, a tokenizer, the detokenizer (and multiprocessing's tracker)
+    started = time.monotonic()
+    assert server.stop(timeout_s=15) == 0
+    assert time.monotonic() - started < 10
+    assert_all_gone(children)
+    assert "stopped" in server.log()
+
+
+def test_killed_rank_takes_the_server_down(tiny_model_dir):
+    server = RunningServer(tiny_server_args(tiny_model_dir, "--tp-size", "2"))
+    try:
+        children = descendants(server.process.pid)
+        victim = server.child_pid("minisgl-TP1-scheduler")
+        os.kill(victim, signal.SIGKILL)
+        server.process.wait(timeout=15)
+    finally:
+        server.stop()
+    assert server.process.returncode not in (0, None)
+    errors = error_lines(server.log())
+    assert len(errors) == 1 and "minisgl-TP1-scheduler" in errors[0] and "SIGKILL" in errors[0]
+    assert_all_gone(children)
+
+
+def test_children_exit_when_the_server_is_killed(tiny_model_dir):
+    server = RunningServer(tiny_server_args(tiny_model_dir))
+    children = descendants(server.process.pid)
+    server.process.kill()  # SIGKILL: no cleanup code runs; each child's parent watchdog must notice
+    server.stop()
+    assert_all_gone(children, timeout_s=10)
+
+
+def test_shell_chats_resets_and_exits(tiny_model_dir):
+    script = "What is the capital of France?\n/reset\n/nonsense\n/exit\n"
+    result = run_cli("--model", str(tiny_model_dir("llama")), "--shell", "--device", "cpu", "--dtype", "float32",
+                     "--log-level", "warning", stdin=script)
+    assert result.returncode == 0, result.stderr
+    assert "minisgl shell" in result.stdout
+    assert "(conversation cleared)" in result.stdout and "unknown command /nonsense" in result.stdout
+    assert result.stdout.count(">>> ") == 4  # the question, /reset, /nonsense, /exit
