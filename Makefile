@@ -30,7 +30,7 @@ shell: install
 # reference solutions, every chapter notebook executed, and the site built strictly.
 test: install
 	$(PY) -m pytest tests exercises chapters --impl solutions --nbmake --nbmake-timeout=300 -q -p no:cacheprovider
-	$(VENV)/bin/mkdocs build --strict --quiet --site-dir $(CURDIR)/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(CURDIR)/site
 
 grade: install
 	$(PY) -m pytest exercises -q

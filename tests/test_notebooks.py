@@ -30,8 +30,8 @@ builder = _load_builder()
 chapter_dirs = builder.chapter_dirs()
 
 
-def test_all_ten_chapters_exist():
-    assert [c.name[:2] for c in chapter_dirs] == [f"{n:02d}" for n in range(10)]
+def test_all_eleven_chapters_exist():
+    assert [c.name[:2] for c in chapter_dirs] == [f"{n:02d}" for n in range(11)]
 
 
 @pytest.mark.parametrize("chapter", chapter_dirs, ids=lambda c: c.name)

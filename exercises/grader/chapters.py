@@ -13,6 +13,7 @@ CHAPTERS: dict[str, str] = {
     "07": "07-tp-decoder-layer",
     "08": "08-process-structures",
     "09": "09-communication-volume",
+    "10": "10-gpu-path",
 }
 
 

@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .configs import LLAMA_31_8B as L8B
+from .configs import SMOLLM2_135M as SMOL
 
 KIB, MIB = 1024, 1024 * 1024
 _AR_BYTES = L8B["hidden_size"] * 2  # one bf16 hidden vector per token
 _AR_COUNT = 2 * L8B["num_hidden_layers"] + 1
 _KV_TOKEN = 2 * L8B["num_hidden_layers"] * L8B["num_key_value_heads"] * L8B["head_dim"] * 2  # K and V, all layers
+_SMOL_KV_TOKEN = 2 * SMOL["num_hidden_layers"] * SMOL["num_key_value_heads"] * SMOL["head_dim"] * 2  # bf16 K and V
 
 
 @dataclass(frozen=True)
@@ -104,5 +106,14 @@ QUIZZES: dict[str, list[Question]] = {
         number("Q8", 16 * _AR_BYTES / KIB), number("Q9", 8 * MIB // _AR_BYTES), choice("Q10", "b"), choice("Q11", "a"),
         text("Q12", ("TP adds communication / synchronization every layer", ("communication", "all reduce", "allreduce", "sync", "collective")),
              ("whether it pays depends on interconnect, model size and batch", ("nvlink", "pcie", "interconnect", "bandwidth", "small model", "batch"))),
+    ],
+    "10": [
+        choice("Q1", "b"), number("Q2", 500e6 * 2 / 4e12 * 1e6), number("Q3", 64 * 1000 * _SMOL_KV_TOKEN / MIB),
+        choice("Q4", "a"), number("Q5", 24), choice("Q6", "a"), choice("Q7", "a"),
+        text("Q8", ("what -3 stands for: the token of batch row 2 of the step still running",
+                    ("row 2", "row", "index 2", "token 2", "previous step", "last step", "still running", "in flight",
+                     "not known", "unknown", "not yet")),
+             ("who fills it in: the device, when the next step reads it", ("device", "gpu", "cuda", "resolve placeholders"))),
+        choice("Q9", "a"),
     ],
 }

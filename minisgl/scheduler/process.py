@@ -10,6 +10,7 @@ import time
 from multiprocessing.queues import Queue
 
 from minisgl.engine.engine import Engine
+from minisgl.utils import reporting_start_failure
 
 from .config import SchedulerConfig
 from .io import ZmqIO
@@ -22,13 +23,10 @@ def run_scheduler_process(config: SchedulerConfig, ack_queue: Queue) -> None:
     logging.basicConfig(level=os.environ.get("MINISGL_LOG_LEVEL", "WARNING"), format=f"[rank {rank}] %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group; the launcher stops us
     exit_when_parent_dies()
-    try:
+    with reporting_start_failure(ack_queue, rank):
         engine = Engine(config)
         io = ZmqIO(config.tp_info, engine.cpu_group, config.requests_addr, config.outputs_addr, config.broadcast_addr)
         scheduler = Scheduler(config, engine, io)
-    except Exception as error:  # reported to the launcher, which names this rank and stops the rest
-        ack_queue.put(("error", rank, f"{type(error).__name__}: {error}"))
-        raise SystemExit(1) from None
     ack_queue.put(("ready", rank, f"{engine.kv_pool.allocator.num_pages} KV pages"))
     try:
         scheduler.run_forever()

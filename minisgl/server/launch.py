@@ -35,7 +35,7 @@ from minisgl.models.config import ModelError
 from minisgl.tokenizer.process import run_detokenizer_process, run_tokenizer_process
 
 from .args import ArgsError, ServerArgs, bind_http_socket, check_args
-from .ranks import LaunchError, RankGroup, stop_processes
+from .ranks import LaunchError, RankGroup, describe_exit, first_dead, stop_processes
 
 logger = logging.getLogger("minisgl")
 
@@ -135,9 +135,8 @@ class ServerProcesses:
     def check_alive(self) -> None:
         """Raise `LaunchError` naming a child that exited (none ever should). When one death causes
         others (a rank killed by a signal makes its peers' collectives fail), name the killed one."""
-        dead = [p for p in self.all if p.exitcode is not None]
-        if dead:
-            culprit = min(dead, key=lambda p: p.exitcode >= 0)  # killed by a signal first
+        culprit = first_dead(self.all)
+        if culprit is not None:
             raise ChildDied(describe_exit(culprit), culprit.exitcode)
 
     def shutdown(self, graceful: bool = True) -> None:
@@ -156,13 +155,6 @@ class ServerProcesses:
         stop_processes(self.all)  # SIGTERM to all at once, then wait: seconds, not seconds per child
         self.ranks.shutdown()
         shutil.rmtree(self._ipc_dir, ignore_errors=True)
-
-
-def describe_exit(process: BaseProcess) -> str:
-    code = process.exitcode
-    if code is not None and code < 0:
-        return f"{process.name} (pid {process.pid}) was killed by {signal.Signals(-code).name}"
-    return f"{process.name} (pid {process.pid}) exited with code {code}"
 
 
 def _api_addr(ipc_dir: str) -> str:

@@ -8,6 +8,7 @@ import multiprocessing as mp
 import os
 import queue
 import shutil
+import signal
 import tempfile
 import time
 from multiprocessing.process import BaseProcess
@@ -106,14 +107,28 @@ class RankGroup:
         return True
 
     def check_alive(self) -> None:
-        for process in self.processes:
-            if process.exitcode is not None:
-                raise LaunchError(f"{process.name} exited with code {process.exitcode}")
+        culprit = first_dead(self.processes)
+        if culprit is not None:
+            raise LaunchError(describe_exit(culprit))
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Terminate every rank (SIGTERM, then SIGKILL after `timeout_s`) and remove the ipc dir."""
         stop_processes(self.processes, timeout_s)
         shutil.rmtree(self._ipc_dir, ignore_errors=True)
+
+
+def first_dead(processes: list[BaseProcess]) -> BaseProcess | None:
+    """A process that exited, if any. When one death causes others (a rank killed by a signal
+    makes its peers' collectives fail), the one killed by a signal is the one to name."""
+    dead = [p for p in processes if p.exitcode is not None]
+    return min(dead, key=lambda p: p.exitcode >= 0) if dead else None
+
+
+def describe_exit(process: BaseProcess) -> str:
+    code = process.exitcode
+    if code is not None and code < 0:
+        return f"{process.name} (pid {process.pid}) was killed by {signal.Signals(-code).name}"
+    return f"{process.name} (pid {process.pid}) exited with code {code}"
 
 
 def stop_processes(processes: list[BaseProcess], timeout_s: float = 5.0) -> None:

@@ -19,6 +19,7 @@ import zmq
 
 from minisgl.message import AbortRequest, DetokenizeStart, TokenizeRequest, decode_message, encode_message
 from minisgl.scheduler.process import exit_when_parent_dies
+from minisgl.utils import reporting_start_failure
 
 from .detokenize import Detokenizer
 from .tokenize import PromptTokenizer
@@ -30,7 +31,7 @@ def run_tokenizer_process(
     """Tokenize each `TokenizeRequest`: announce it to the detokenizer, then send it to rank 0.
     An `AbortRequest` passes through to rank 0 in order, behind the request it aborts."""
     _become_child(name)
-    try:
+    with reporting_start_failure(ack_queue, name):
         tokenizer = PromptTokenizer(model_path)
         context = zmq.Context()
         inbox = context.socket(zmq.PULL)
@@ -39,9 +40,6 @@ def run_tokenizer_process(
         to_scheduler.connect(scheduler_addr)
         to_detokenizer = context.socket(zmq.PUSH)
         to_detokenizer.connect(detokenizer_addr)
-    except Exception as error:
-        ack_queue.put(("error", name, f"{type(error).__name__}: {error}"))
-        raise SystemExit(1) from None
     ack_queue.put(("ready", name, ""))
     while True:
         message = decode_message(inbox.recv())
@@ -65,7 +63,7 @@ def run_detokenizer_process(
 ) -> None:
     """Turn rank 0's `TokenOutput`s into `TextOutput`s for the API; abort requests that hit a stop string."""
     _become_child(name)
-    try:
+    with reporting_start_failure(ack_queue, name):
         from transformers import AutoTokenizer
 
         detokenizer = Detokenizer(AutoTokenizer.from_pretrained(model_path))
@@ -76,9 +74,6 @@ def run_detokenizer_process(
         to_api.connect(api_addr)
         to_scheduler = context.socket(zmq.PUSH)
         to_scheduler.connect(scheduler_addr)
-    except Exception as error:
-        ack_queue.put(("error", name, f"{type(error).__name__}: {error}"))
-        raise SystemExit(1) from None
     ack_queue.put(("ready", name, ""))
     while True:
         texts, aborts = detokenizer.handle(decode_message(inbox.recv()))
