@@ -1,4 +1,4 @@
-"""Attention with our Triton kernels (chapter 09): the default backend on CUDA.
+"""Attention with our Triton kernels (chapter 10): the default backend on CUDA.
 
 Per layer: `store_kv` scatters the new K/V into the pool, then `decode_attention` (one new token per
 request) or `extend_attention` (prefill, chunked prefill) reads each request's K/V straight from

@@ -138,7 +138,8 @@ class Engine:
     def _default_kv_budget(self) -> float:
         if self.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device)
-            ranks_here = max(1, self.config.tp_info.size // max(1, torch.cuda.device_count()))
+            # ranks r, r + count, ... share GPU r: the busiest GPU hosts ceil(tp / count) ranks
+            ranks_here = -(-self.config.tp_info.size // max(1, torch.cuda.device_count()))
             return 0.85 * free / ranks_here
         available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         return min(0.2 * available / self.config.tp_info.size, _CPU_KV_BUDGET_CAP)

@@ -1,4 +1,4 @@
-"""Triton kernels of the attention path (chapter 09): store new K/V into the paged pool, paged
+"""Triton kernels of the attention path (chapter 10): store new K/V into the paged pool, paged
 decode attention (split-K + merge), and prefill/extend attention over a cached prefix.
 
 Importing this package needs `triton`. On a CPU, set TRITON_INTERPRET=1 before the import to run

@@ -1,4 +1,4 @@
-"""Paged decode attention: one new query token per request against its whole cached K/V.
+"""Paged decode attention: one new query token per request against its whole cached K/V (chapter 10).
 
 Two passes (split-K, "flash-decoding"):
 1. grid (requests, kv_heads, splits): each program takes one request, one KV head and one of
@@ -9,8 +9,9 @@ Two passes (split-K, "flash-decoding"):
 2. grid (requests, q_heads): merge the slices, weighting slice s by exp(lse_s - logsumexp(lse)).
 
 Splitting keeps the GPU busy when requests x KV heads is small (batch 1 has 3-8 programs without
-it). The number of splits is fixed per call, not derived from the batch size, so a request's
-result does not depend on which requests share its batch or on CUDA-graph padding.
+it). The caller picks the number of splits (`decode_num_splits` in minisgl/attention/
+triton_backend.py: from the batch size rounded up to a power of two, so CUDA-graph padding never
+changes it); a request decoded in a batch of another size may round slightly differently.
 
 KV position p of a request with page-table row r lives in slot
 `page_table[r, p // page_size] * page_size + p % page_size`.

@@ -1,5 +1,5 @@
 """Prefill / extend attention: each request's new tokens against its cached prefix plus the new
-tokens themselves, causally (chapter 09).
+tokens themselves, causally (chapter 10).
 
 Request i has `prefix_len` tokens already cached and `extend_len` new ones, whose K/V the caller
 stored into the pool first; new token j sits at position prefix_len + j and sees KV positions

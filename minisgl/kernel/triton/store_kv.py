@@ -1,4 +1,5 @@
-"""Scatter the new tokens' K and V into their KV-pool slots, one program per (token, chunk of row).
+"""Scatter the new tokens' K and V into their KV-pool slots, one program per (token, chunk of row)
+(chapter 10).
 
 A token whose slot is negative writes nowhere: CUDA-graph padding rows use slot -1, so a replay
 padded from 3 to 4 requests never touches the cache on behalf of the fourth.
