@@ -30,6 +30,12 @@ def run_scheduler_process(config: SchedulerConfig, ack_queue: Queue) -> None:
     ack_queue.put(("ready", rank, f"{engine.kv_pool.allocator.num_pages} KV pages"))
     try:
         scheduler.run_forever()
+    except Exception as error:
+        # One line, not a traceback: when a peer rank dies, every other rank's next collective
+        # fails, and the launcher already names the one that died. MINISGL_LOG_LEVEL=DEBUG shows more.
+        logging.error("stopped: %s: %s", type(error).__name__, str(error).splitlines()[0] if str(error) else "")
+        logging.debug("traceback", exc_info=True)
+        raise SystemExit(1) from None
     finally:
         io.close()
         engine.shutdown()
