@@ -13,9 +13,9 @@ from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.batch import make_prefill_batch
 
 
-def minisgl_last_logits(model_dir: Path, prompts: list[list[int]]) -> torch.Tensor:
-    """One fp32 prefill batch of all prompts at tp = 1 -> [num_prompts, vocab]."""
-    engine = Engine(SchedulerConfig(model_path=model_dir, dtype="float32", num_pages=4096, progress=False))
+def minisgl_last_logits(model_dir: Path, prompts: list[list[int]], dtype: str = "float32") -> torch.Tensor:
+    """One prefill batch of all prompts at tp = 1 -> [num_prompts, vocab]."""
+    engine = Engine(SchedulerConfig(model_path=model_dir, dtype=dtype, num_pages=4096, progress=False))
     reqs = []
     for uid, prompt in enumerate(prompts):
         req = Req(uid, prompt, SamplingParams(temperature=0), len(prompt))
@@ -27,7 +27,7 @@ def minisgl_last_logits(model_dir: Path, prompts: list[list[int]]) -> torch.Tens
         return engine.model.forward(batch)
 
 
-def transformers_last_logits(model_dir: Path, prompts: list[list[int]]) -> torch.Tensor:
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+def transformers_last_logits(model_dir: Path, prompts: list[list[int]], dtype: str = "float32") -> torch.Tensor:
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval()
     with torch.inference_mode():
         return torch.stack([model(torch.tensor([p])).logits[0, -1] for p in prompts])

@@ -36,6 +36,26 @@ def test_smollm2_logits_match_transformers(default_model_dir) -> None:
     torch.testing.assert_close(ours, theirs, rtol=0, atol=2e-4)
 
 
+@pytest.mark.parametrize("name", ["llama", "qwen3"])
+def test_bf16_logits_round_like_transformers_bf16(name: str, tiny_model_dir) -> None:
+    # Same rounding order as Hugging Face (norm in fp32, scale in bf16), so bf16 answers agree with
+    # theirs rather than drifting one rounding apart per layer.
+    model_dir = tiny_model_dir(name)
+    prompts = _prompts(TINY_MODEL_SPECS[name].config.vocab_size, (5, 33))
+    ours = minisgl_last_logits(model_dir, prompts, "bfloat16").float()
+    theirs = transformers_last_logits(model_dir, prompts, "bfloat16").float()
+    # 0.0625 is one bf16 ulp for logits in [8, 16); a norm that rounds once less is off by 0.08-0.2
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=0.07)
+    assert (ours.argmax(-1) == theirs.argmax(-1)).all()
+
+
+def test_smollm2_answers_paris_in_bf16_too(default_model_dir) -> None:
+    with LLM(default_model_dir, dtype="bfloat16", num_pages=512, progress=False) as llm:
+        (answer,) = llm.chat([{"role": "user", "content": "What is the capital of France?"}],
+                             SamplingParams(temperature=0, max_tokens=12))
+    assert "Paris" in answer.text
+
+
 GREEDY = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
 
 

@@ -23,7 +23,11 @@ class RMSNorm(BaseOP):
             from minisgl.kernel.triton.fused import rms_norm
 
             return rms_norm(x, self.weight, self.eps)[0]
-        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        # Normalize in fp32, round to the model dtype, then scale: the rounding order of Hugging
+        # Face's Llama. In bf16 a fused norm-and-scale rounds once less, which is enough to flip a
+        # close greedy choice (SmolLM2 then stops answering "Paris"). In fp32 the casts are no-ops.
+        normed = F.rms_norm(x.float(), self.weight.shape, None, self.eps).to(x.dtype)
+        return self.weight * normed
 
     def forward_with_residual(
         self, x: torch.Tensor, residual: torch.Tensor | None
