@@ -58,6 +58,7 @@ def assert_all_gone(processes: list[psutil.Process], timeout_s: float = 10.0) ->
         (["--tp-size", "2"], "valid tp sizes: 1, 3"),  # the embedded SmolLM2 has 9 heads
         (["--num-tokenizers", "0"], "--num-tokenizers must be at least 1"),
         (["--dist-backend", "nccl", "--device", "cpu"], "needs one GPU per rank"),
+        (["--cuda-graph-max-bs", "-1"], "--cuda-graph-max-bs must be >= 0"),
     ],
 )
 def test_bad_flags_fail_fast_with_one_line(args, message):

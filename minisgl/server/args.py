@@ -77,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     parallel.add_argument("--attention-backend", default=defaults.attention_backend,
                           choices=["auto", "torch", "triton"],
                           help="auto = triton on CUDA (when installed), torch elsewhere")
+    parallel.add_argument("--cuda-graph-max-bs", type=int, default=None, metavar="N",
+                          help="largest decode batch replayed as a CUDA graph; 0 disables graphs "
+                               "(default: --max-running-requests, at most 256)")
+    parallel.add_argument("--disable-overlap-schedule", action="store_true",
+                          help="on CUDA, wait for each step's tokens before scheduling the next")
     parallel.add_argument("--num-tokenizers", type=int, default=1, metavar="N",
                           help="tokenizer worker processes (default: 1)")
 
@@ -132,6 +137,8 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         kv_memory_gb=ns.kv_memory_gb,
         dist_backend=ns.dist_backend,
         attention_backend=ns.attention_backend,
+        cuda_graph_max_bs=ns.cuda_graph_max_bs,
+        overlap_schedule=False if ns.disable_overlap_schedule else None,
         load_format=ns.load_format,
         seed=ns.seed,
         max_running_requests=ns.max_running_requests,
@@ -162,6 +169,8 @@ def check_args(args: ServerArgs) -> ServerArgs:
     for flag, value in positive.items():
         if value < 1:
             raise ArgsError(f"{flag} must be at least 1, got {value}")
+    if config.cuda_graph_max_bs is not None and config.cuda_graph_max_bs < 0:
+        raise ArgsError(f"--cuda-graph-max-bs must be >= 0 (0 disables CUDA graphs), got {config.cuda_graph_max_bs}")
     if config.num_pages is not None and config.num_pages < 2:
         raise ArgsError(f"--num-pages must be at least 2 (one page is reserved), got {config.num_pages}")
     if config.kv_memory_gb is not None and config.kv_memory_gb <= 0:
