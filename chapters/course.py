@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from minisgl.distributed import DistributedCommunicator, DistributedImpl, Distri
 from minisgl.engine.engine import Engine
 from minisgl.layers import BaseOP, OPList
 from minisgl.scheduler import SchedulerConfig
-from minisgl.testing import multiprocess
+from minisgl.testing.multiprocess import run_ranks  # noqa: F401 - the notebooks import it from here
 
 FIGURE_ENV = "MINISGL_WRITE_FIGURES"  # `make figures` sets it; a learner's run never rewrites tracked files
 
@@ -39,20 +38,6 @@ def save_figure(fig, name: str) -> None:
     out = Path("figures") / f"{name}.png"
     out.parent.mkdir(exist_ok=True)
     fig.savefig(out, dpi=90, bbox_inches="tight", metadata={"Software": None})
-
-
-def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 120.0) -> list[Any]:
-    """`minisgl.testing.multiprocess.run_ranks`, with results pickled to bytes inside the rank.
-
-    A tensor put on a multiprocessing queue travels as a shared-memory handle that dies with the
-    rank process, which may exit before the notebook reads it; plain bytes always arrive.
-    """
-    results = multiprocess.run_ranks(_pickled, world_size, fn, *args, timeout_s=timeout_s)
-    return [pickle.loads(result) for result in results]
-
-
-def _pickled(rank: int, world_size: int, fn: Callable[..., Any], *args: Any) -> bytes:
-    return pickle.dumps(fn(rank, world_size, *args))
 
 
 def engine_on_this_rank(rank: int, world_size: int, model_dir: Path, init_addr: str, **overrides: Any) -> Engine:

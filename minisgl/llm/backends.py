@@ -3,6 +3,8 @@ processes reached over ZMQ (tp > 1), exactly as the server does."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import zmq
 
 from minisgl.engine.engine import Engine
@@ -42,7 +44,7 @@ class MultiProcessBackend:
         self.outputs = self.context.socket(zmq.PULL)
         port = self.outputs.bind_to_random_port("tcp://127.0.0.1")
         try:
-            self.ranks = RankGroup.start(_with_outputs(config, f"tcp://127.0.0.1:{port}"))
+            self.ranks = RankGroup.start(dataclasses.replace(config, outputs_addr=f"tcp://127.0.0.1:{port}"))
         except BaseException:
             self.context.destroy()
             raise
@@ -74,8 +76,3 @@ class MultiProcessBackend:
             self.ranks.shutdown()
             self.context.destroy(linger=0)
 
-
-def _with_outputs(config: SchedulerConfig, address: str) -> SchedulerConfig:
-    import dataclasses
-
-    return dataclasses.replace(config, outputs_addr=address)
