@@ -2,7 +2,7 @@
 # Everything GPU-side in one call (the device lease is short): the GPU tests, then both GPU
 # benchmarks. Logs go to $OUT (default /tmp/minisgl-gpu); each part has its own time limit so a
 # hang in one still leaves the others' results.
-#   bash benchmark/run_gpu_suite.sh [tests|decode|offline ...]     (default: all three)
+#   bash benchmark/run_gpu_suite.sh [tests|flashinfer|gemv|profile|decode|offline ...]   (default: tests decode offline)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/minisgl-gpu}
@@ -13,6 +13,13 @@ if [ -d .whl ] && ! python3 -c "import zmq" 2>/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
     export PYTHONPATH=/tmp/site
 fi
+if [ -d .whl-flashinfer ] && ! python3 -c "import flashinfer" 2>/dev/null; then
+    # the optional FlashInfer attention backend: flashinfer-python + apache-tvm-ffi, carried as wheels
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl-flashinfer/*.whl || exit 1
+    export PYTHONPATH=/tmp/site
+fi
+# FlashInfer compiles its kernels with nvcc on first use; keep its JIT cache (and tvm-ffi's) in /tmp
+export FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp} TVM_FFI_CACHE_DIR=${TVM_FFI_CACHE_DIR:-/tmp/tvm-ffi}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 parts=${*:-tests decode offline}
 
@@ -23,10 +30,17 @@ parts=${*:-tests decode offline}
 for part in $parts; do
     case $part in
         tests) timeout -k 10 "${TESTS_TIMEOUT:-330}" python3 -m pytest tests/gpu -m gpu -q -s -rs -p no:cacheprovider --confcutdir=tests \
+                   --ignore=tests/gpu/test_flashinfer.py \
                    2>&1 | tee "$OUT/gpu_tests.log" | grep -E "logits|NCCL|passed|failed|error|Error|SKIP|FAIL" ;;
-        decode) timeout -k 10 "${DECODE_TIMEOUT:-200}" python3 benchmark/gpu_decode.py 2>&1 | tee "$OUT/gpu_decode.log" ;;
+        gemv) timeout -k 10 "${GEMV_TIMEOUT:-150}" python3 benchmark/gpu_gemv.py 2>&1 | tee "$OUT/gpu_gemv.log" ;;
+        profile) timeout -k 10 "${PROFILE_TIMEOUT:-120}" python3 benchmark/profile_decode.py 2>&1 | tee "$OUT/profile_decode.log" ;;
+        flashinfer) python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)" 2>&1 | tail -1
+                    timeout -k 10 "${FLASHINFER_TIMEOUT:-360}" python3 -m pytest tests/gpu/test_flashinfer.py -m gpu -q -s -rs \
+                        -p no:cacheprovider --confcutdir=tests 2>&1 | tee "$OUT/gpu_flashinfer.log" \
+                        | grep -E "flashinfer|tokens|passed|failed|error|Error|SKIP|FAIL" ;;
+        decode) timeout -k 10 "${DECODE_TIMEOUT:-200}" python3 benchmark/gpu_decode.py ${DECODE_ARGS:-} 2>&1 | tee "$OUT/gpu_decode.log" ;;
         offline) timeout -k 10 "${OFFLINE_TIMEOUT:-200}" python3 benchmark/gpu_offline.py ${OFFLINE_ARGS:-} \
                      2>&1 | tee "$OUT/gpu_offline.log" ;;
-        *) echo "unknown part $part (tests, decode, offline)"; exit 2 ;;
+        *) echo "unknown part $part (tests, flashinfer, gemv, profile, decode, offline)"; exit 2 ;;
     esac
 done

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from minisgl.distributed import all_gather, all_reduce, get_tp_info
 
 from .base import BaseOP
+from .linear import linear
 
 
 def vocab_shard_size(vocab_size: int, tp_size: int) -> int:
@@ -65,7 +66,7 @@ class ParallelLMHead(BaseOP):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """[n, hidden] -> [n, vocab_size]: only the positions that will be sampled come in."""
-        local_logits = F.linear(hidden_states, self.local_weight())  # [n, shard_size]
+        local_logits = linear(hidden_states, self.local_weight())  # [n, shard_size]
         tp_size = get_tp_info().size
         gathered = all_gather(local_logits)  # [tp * n, shard_size], rank-major
         n = hidden_states.shape[0]

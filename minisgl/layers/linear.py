@@ -6,6 +6,11 @@ For Y = X W^T with W of shape [out, in] (PyTorch's layout):
 - row parallel splits `in`: rank r holds W[:, r*in/tp:(r+1)*in/tp], receives the matching slice of
   X, and computes a partial sum; an all-reduce adds the partial sums (Megatron-LM's `g`).
 Constructors only compute local sizes from `get_tp_info()`; the loader fills the shards.
+
+On CUDA, a batch of at most `SMALL_BATCH_ROWS` tokens (decode) takes one Triton GEMV kernel instead
+of cuBLAS, with the RMSNorm before qkv_proj / gate_up_proj or the SiLU-and-multiply before
+down_proj computed inside it (`forward_rms_normed`, `forward_silu_and_mul`; chapter 10). The math
+is the same as the two separate steps: CPU runs, and large batches, take exactly those.
 """
 
 from __future__ import annotations
@@ -14,8 +19,11 @@ import torch
 import torch.nn.functional as F
 
 from minisgl.distributed import all_reduce, get_tp_info
+from minisgl.kernel import use_small_batch_kernel
 
+from .activation import silu_and_mul
 from .base import BaseOP
+from .norm import RMSNorm
 
 
 def divide(total: int, parts: int, what: str) -> int:
@@ -53,7 +61,19 @@ class _LinearBase(BaseOP):
         self.bias = torch.empty(local_out) if has_bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias)
+
+    def forward_rms_normed(
+        self, norm: RMSNorm, x: torch.Tensor, residual: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """self(norm(x + residual)), and x + residual (the residual stream carried on)."""
+        if use_small_batch_kernel(x):
+            from minisgl.kernel.triton.linear import small_batch_linear
+
+            y, summed = small_batch_linear(x, self.weight, self.bias, "rms_norm", norm.weight, norm.eps, residual)
+            return y, x if summed is None else summed
+        normed, residual = norm.forward_with_residual(x, residual)
+        return self.forward(normed), residual
 
 
 class ReplicatedLinear(_LinearBase):
@@ -116,6 +136,26 @@ class RowParallelLinear(_LinearBase):
         super().__init__(self.local_input_size, output_size, has_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        partial = F.linear(x, self.weight)  # [tokens, out], this rank's share of the sum
+        return self._sum_partials(linear(x, self.weight))
+
+    def forward_silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """self(silu(gate) * up) for the fused gate_up output [tokens, 2 * in / tp]."""
+        if use_small_batch_kernel(gate_up):
+            from minisgl.kernel.triton.linear import small_batch_linear
+
+            return self._sum_partials(small_batch_linear(gate_up, self.weight, None, "silu_and_mul")[0])
+        return self.forward(silu_and_mul(gate_up))
+
+    def _sum_partials(self, partial: torch.Tensor) -> torch.Tensor:
+        """partial [tokens, out], this rank's share of the sum -> all-reduced, plus the bias once."""
         output = all_reduce(partial)
         return output if self.bias is None else output + self.bias
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ weight.T + bias: the small-batch GEMV kernel on CUDA decode batches, else F.linear."""
+    if use_small_batch_kernel(x):
+        from minisgl.kernel.triton.linear import small_batch_linear
+
+        return small_batch_linear(x, weight, bias)[0]
+    return F.linear(x, weight, bias)

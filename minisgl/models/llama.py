@@ -19,14 +19,14 @@ from minisgl.layers import (
     RotaryEmbedding,
     RowParallelLinear,
     VocabParallelEmbedding,
-    silu_and_mul,
 )
 
 from .config import ModelConfig
 
 
 class LlamaAttention(BaseOP):
-    """qkv_proj (column) -> local attention -> o_proj (row, all-reduce)."""
+    """qkv_proj (column) -> local attention -> o_proj (row, all-reduce); the decoder layer runs
+    qkv_proj (with the norm before it), `forward` the rest."""
 
     def __init__(self, config: ModelConfig, layer_id: int, rotary: RotaryEmbedding) -> None:
         self.qkv_proj = QKVParallelLinear(
@@ -46,22 +46,23 @@ class LlamaAttention(BaseOP):
             getattr(self, "k_norm", None),
         )
 
-    def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
-        qkv = self.qkv_proj.forward(hidden_states)  # [tokens, (local_q + 2 * local_kv) * head_dim]
+    def forward(self, positions: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
+        """qkv [tokens, (local_q + 2 * local_kv) * head_dim], the output of qkv_proj."""
         attn_out = self.attn.forward(qkv, positions)  # [tokens, local_q * head_dim]
         return self.o_proj.forward(attn_out)  # [tokens, hidden], all-reduced
 
 
 class LlamaMLP(BaseOP):
-    """gate_up_proj (column) -> SiLU(gate) * up -> down_proj (row, all-reduce)."""
+    """gate_up_proj (column) -> SiLU(gate) * up -> down_proj (row, all-reduce); the decoder layer
+    runs gate_up_proj (with the norm before it), `forward` the rest."""
 
     def __init__(self, config: ModelConfig) -> None:
         self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [config.intermediate_size] * 2)
         self.down_proj = RowParallelLinear(config.intermediate_size, config.hidden_size)
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        gate_up = self.gate_up_proj.forward(hidden_states)  # [tokens, 2 * intermediate / tp]
-        return self.down_proj.forward(silu_and_mul(gate_up))  # [tokens, hidden]
+    def forward(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """gate_up [tokens, 2 * intermediate / tp], the output of gate_up_proj -> [tokens, hidden]."""
+        return self.down_proj.forward_silu_and_mul(gate_up)  # all-reduced
 
 
 class LlamaDecoderLayer(BaseOP):
@@ -74,10 +75,13 @@ class LlamaDecoderLayer(BaseOP):
     def forward(
         self, positions: torch.Tensor, hidden_states: torch.Tensor, residual: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        hidden_states, residual = self.input_layernorm.forward_with_residual(hidden_states, residual)
-        hidden_states = self.self_attn.forward(positions, hidden_states)
-        hidden_states, residual = self.post_attention_layernorm.forward_with_residual(hidden_states, residual)
-        return self.mlp.forward(hidden_states), residual
+        # Each norm (with its residual add) is handed to the projection after it: for a decode
+        # batch on CUDA, norm + matmul is one kernel (chapter 10); elsewhere, two steps.
+        attn, mlp = self.self_attn, self.mlp
+        qkv, residual = attn.qkv_proj.forward_rms_normed(self.input_layernorm, hidden_states, residual)
+        hidden_states = attn.forward(positions, qkv)
+        gate_up, residual = mlp.gate_up_proj.forward_rms_normed(self.post_attention_layernorm, hidden_states, residual)
+        return mlp.forward(gate_up), residual
 
 
 class LlamaModel(BaseOP):

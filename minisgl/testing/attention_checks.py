@@ -1,5 +1,6 @@
-"""Random paged-attention cases that run the Triton backend and the torch reference backend on the
-same pool, for the kernel tests: on a GPU for real, on a CPU under TRITON_INTERPRET=1."""
+"""Random paged-attention cases that run a backend under test (Triton, or FlashInfer on a GPU) and
+the torch reference backend on the same pool, for the kernel tests: on a GPU for real, on a CPU
+under TRITON_INTERPRET=1."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from minisgl.kvcache import KVCachePool
 
 @dataclasses.dataclass
 class CaseResult:
-    out_rel_err: float  # ||triton - reference|| / ||reference|| over the attention outputs
+    out_rel_err: float  # ||tested - reference|| / ||reference|| over the attention outputs
     kv_equal: bool  # both backends stored the new K/V into identical pools (up to the upcast)
     finite: bool
 
@@ -33,12 +34,13 @@ def run_attention_case(
     extend_lens: list[int],
     page_size: int = 1,
     seed: int = 0,
+    backend: str = "triton",
 ) -> CaseResult:
     """Request i has prefix_lens[i] cached tokens (random K/V already in the pool) and extend_lens[i]
-    new ones; all extend_lens == 1 is a decode batch. The reference is the torch backend in fp32 on
-    the same values upcast."""
+    new ones; all extend_lens == 1 is a decode batch. `backend` ("triton" or "flashinfer") runs in
+    `dtype`; the reference is the torch backend in fp32 on the same values upcast."""
+    from minisgl.attention.base import create_attention_backend
     from minisgl.attention.torch_backend import TorchAttentionBackend
-    from minisgl.attention.triton_backend import TritonAttentionBackend
 
     device = torch.device(device)
     gen = torch.Generator().manual_seed(seed)
@@ -79,7 +81,7 @@ def run_attention_case(
 
     max_seq_len = max(p + e for p, e in zip(prefix_lens, extend_lens))
     backends = [
-        TritonAttentionBackend(pools[0], device, max_seq_len, len(reqs)),
+        create_attention_backend(backend, pools[0], device, max_seq_len, len(reqs), local_q_heads=num_q_heads),
         TorchAttentionBackend(pools[1]),
     ]
     outs = []
@@ -94,11 +96,13 @@ def run_attention_case(
 
 
 def fused_kernel_errors(device: torch.device | str, dtype: torch.dtype, seed: int = 0) -> dict[str, float]:
-    """Relative error of each fused elementwise kernel against the layers' torch code in fp32, on
-    Qwen3-like shapes (q/k views into one fused qkv tensor, as the attention layer passes them)."""
+    """Relative error of each fused kernel against the layers' torch code in fp32 (fp64 for the
+    matmuls), on Qwen3-like shapes (q/k views into one fused qkv tensor, as the attention layer
+    passes them; a weight wider than one 2048-column tile for the small-batch linear kernel)."""
     import torch.nn.functional as F
 
     from minisgl.kernel.triton.fused import rms_norm, rope, silu_and_mul
+    from minisgl.kernel.triton.linear import small_batch_linear
     from minisgl.layers.rotary import RotaryEmbedding, _rotate
 
     gen = torch.Generator().manual_seed(seed)
@@ -120,7 +124,22 @@ def fused_kernel_errors(device: torch.device | str, dtype: torch.dtype, seed: in
     cos, sin = table.float()[positions].unsqueeze(1).chunk(2, dim=-1)
     q_rot, k_rot = rope(positions, q, k, table)
     gate, up = gate_up.float().chunk(2, dim=-1)
+    rows, wide = 3, 2100  # 3 decode rows; K = 2100 takes two weight tiles
+    w_qkv, bias, w_down, w_wide = rand(qkv.shape[1], hidden), rand(qkv.shape[1]), rand(hidden, inter), rand(5, wide)
+    x_wide = rand(rows, wide)
+
+    def ref_linear(inp: torch.Tensor, weight: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        return F.linear(inp.double(), weight.double(), None if b is None else b.double())
+
+    normed_then_qkv, summed_rows = small_batch_linear(x[:rows], w_qkv, bias, "rms_norm", weight, 1e-6, residual[:rows])
+    ref_normed_rows = F.rms_norm(ref_sum[:rows], (hidden,), weight.float(), 1e-6)
     return {
+        "linear": relative_error(small_batch_linear(x_wide, w_wide)[0], ref_linear(x_wide, w_wide)),
+        "linear+bias": relative_error(small_batch_linear(x[:1], w_qkv, bias)[0], ref_linear(x[:1], w_qkv, bias)),
+        "rms_norm+linear": relative_error(normed_then_qkv, ref_linear(ref_normed_rows, w_qkv, bias)),
+        "rms_norm+linear residual": relative_error(summed_rows, ref_sum[:rows]),
+        "silu_and_mul+linear": relative_error(small_batch_linear(gate_up[:rows], w_down, None, "silu_and_mul")[0],
+                                              ref_linear((F.silu(gate) * up)[:rows], w_down)),
         "add": relative_error(summed, ref_sum),
         "rms_norm+residual": relative_error(normed, F.rms_norm(ref_sum, (hidden,), weight.float(), 1e-6)),
         "rms_norm": relative_error(rms_norm(x, weight, 1e-6)[0], F.rms_norm(x.float(), (hidden,), weight.float(), 1e-6)),

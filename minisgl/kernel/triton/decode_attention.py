@@ -23,6 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .pdl import let_next_kernel_launch, use_pdl, wait_previous_kernel
+
 LOG2E = 1.4426950408889634
 
 
@@ -30,6 +32,27 @@ def dot_precision(dtype: torch.dtype) -> str | None:
     """fp32 inputs multiply in true fp32 ("ieee"), not tf32: fp32 runs are the exact reference
     runs (same tokens at any TP size), and attention is memory-bound anyway. None: the default."""
     return "ieee" if dtype == torch.float32 else None
+
+
+@triton.jit
+def attend_kv_tile(q, k_cache_ptr, v_cache_ptr, kv_offs, kv_mask, visible, m_i, l_i, acc, scale_log2,
+                   PRECISION: tl.constexpr):
+    """One step of the online softmax (FlashAttention) over one tile of cached keys and values.
+
+    q [rows, D] attends to the K/V rows at `kv_offs` [BLOCK_N, D]; `visible` [rows, BLOCK_N] masks
+    keys out. Carries the running max m_i and sum l_i of exp2(scores - m_i) [rows] and the unscaled
+    output acc [rows, D]; the caller divides acc by l_i at the end. Shared by decode and extend.
+    """
+    k = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0)  # [BLOCK_N, D]
+    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2  # [rows, BLOCK_N], log2 units
+    scores = tl.where(visible, scores, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(scores, 1))
+    p = tl.exp2(scores - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)  # rescales what was accumulated under the old max
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    return m_new, l_i, acc
 
 
 @triton.jit
@@ -61,10 +84,13 @@ def _decode_split_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr,  # see dot_precision
+    USE_PDL: tl.constexpr,
 ):
     req = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
+    let_next_kernel_launch(USE_PDL)
+    wait_previous_kernel(USE_PDL)
     seq_len = tl.load(seq_lens_ptr + req)
     row = tl.load(req_rows_ptr + req).to(tl.int64)
     split_len = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
@@ -91,16 +117,8 @@ def _decode_split_kernel(
         slot = page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE  # [BLOCK_N]
         kv_offs = slot[:, None] * cache_slot_stride + kv_head * cache_head_stride + dims[None, :]
         kv_mask = pos_mask[:, None] & dim_mask[None, :]
-        k = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
-        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2  # [BLOCK_H, BLOCK_N]
-        scores = tl.where(pos_mask[None, :], scores, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(scores, 1))
-        p = tl.exp2(scores - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m_i = m_new
+        m_i, l_i, acc = attend_kv_tile(q, k_cache_ptr, v_cache_ptr, kv_offs, kv_mask, pos_mask[None, :],
+                                       m_i, l_i, acc, scale_log2, PRECISION)
 
     has_keys = l_i > 0  # an empty slice (short request, many splits) contributes nothing
     out = acc / tl.where(has_keys, l_i, 1.0)[:, None]
@@ -126,9 +144,12 @@ def _merge_splits_kernel(
     NUM_SPLITS: tl.constexpr,
     BLOCK_S: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     req = tl.program_id(0)
     head = tl.program_id(1)
+    let_next_kernel_launch(USE_PDL)
+    wait_previous_kernel(USE_PDL)
     splits = tl.arange(0, BLOCK_S)
     split_mask = splits < NUM_SPLITS
     dims = tl.arange(0, BLOCK_D)
@@ -175,6 +196,7 @@ def decode_attention(
     if q.stride(-1) != 1:
         q = q.contiguous()
     block_d = max(16, triton.next_power_of_2(head_dim))
+    pdl = use_pdl(q)
     direct = num_splits == 1
     if direct:
         partial, lse = out, out  # lse unused
@@ -200,8 +222,10 @@ def decode_attention(
         BLOCK_N=64 if block_d <= 128 else 32,
         BLOCK_D=block_d,
         PRECISION=dot_precision(q.dtype),
+        USE_PDL=pdl,
         num_warps=4,
         num_stages=2,
+        launch_pdl=pdl,
     )
     if not direct:
         _merge_splits_kernel[(num_reqs, num_heads)](
@@ -211,6 +235,8 @@ def decode_attention(
             NUM_SPLITS=num_splits,
             BLOCK_S=triton.next_power_of_2(num_splits),
             BLOCK_D=block_d,
+            USE_PDL=pdl,
             num_warps=1 if block_d <= 64 else 2,
+            launch_pdl=pdl,
         )
     return out

@@ -17,7 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .decode_attention import LOG2E, dot_precision
+from .decode_attention import LOG2E, attend_kv_tile, dot_precision
+from .pdl import let_next_kernel_launch, use_pdl, wait_previous_kernel
 
 
 @triton.jit
@@ -46,10 +47,13 @@ def _extend_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     req = tl.program_id(0)
     head = tl.program_id(1)
     block_m = tl.program_id(2)
+    let_next_kernel_launch(USE_PDL)
+    wait_previous_kernel(USE_PDL)
     kv_head = head // GROUP
     extend_len = tl.load(extend_lens_ptr + req)
     prefix_len = tl.load(prefix_lens_ptr + req)
@@ -80,18 +84,10 @@ def _extend_kernel(
         slot = page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE
         kv_offs = slot[:, None] * cache_slot_stride + kv_head * cache_head_stride + dims[None, :]
         kv_mask = pos_mask[:, None] & dim_mask[None, :]
-        k = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
-        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2  # [BLOCK_M, BLOCK_N]
         visible = (pos[None, :] <= q_pos[:, None]) & pos_mask[None, :]  # causal, inside the request
-        scores = tl.where(visible, scores, float("-inf"))
-        # Every query sees position 0 in the first tile, so m_new is finite from then on.
-        m_new = tl.maximum(m_i, tl.max(scores, 1))
-        p = tl.exp2(scores - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m_i = m_new
+        # Every query sees position 0 in the first tile, so the running max is finite from then on.
+        m_i, l_i, acc = attend_kv_tile(q, k_cache_ptr, v_cache_ptr, kv_offs, kv_mask, visible,
+                                       m_i, l_i, acc, scale_log2, PRECISION)
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     tl.store(
@@ -142,7 +138,9 @@ def extend_attention(
         BLOCK_N=64 if block_d <= 128 else 32,
         BLOCK_D=block_d,
         PRECISION=dot_precision(q.dtype),
+        USE_PDL=use_pdl(q),
         num_warps=4,
         num_stages=2,
+        launch_pdl=use_pdl(q),
     )
     return out

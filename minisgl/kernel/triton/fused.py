@@ -3,10 +3,11 @@
 In eager torch, a decode step of a small model is mostly launches: RoPE alone is ~15 tiny kernels
 per layer (index, 4 products, 2 sums, 2 concatenations for q and k), RMSNorm with its residual add
 two or more, SiLU-and-multiply two. Each kernel here does one of those jobs in one launch, reading
-its input once and writing its output once; the math runs in fp32 and rounds once at the end.
+its input once and writing its output once; the math runs in fp32, rounding where the torch code
+rounds (the residual sum; the RMSNorm before and after its scale).
 
 - `rms_norm(x, weight, eps, residual)`: optional `x + residual` (returned, rounded to x's dtype as
-  torch would), then y = r / sqrt(mean(r^2) + eps) * weight, over the last dim of a [rows, heads, d]
+  torch would), then y = round(r / sqrt(mean(r^2) + eps)) * weight (Hugging Face's rounding order), over the last dim of a [rows, heads, d]
   view (q/k norm of Qwen3 normalises each head).
 - `rope(positions, q, k, cos_sin)`: rotate-half RoPE of q and k in one launch.
 - `silu_and_mul(gate_up)`: silu(gate) * up.
@@ -18,14 +19,18 @@ import torch
 import triton
 import triton.language as tl
 
+from .pdl import let_next_kernel_launch, use_pdl, wait_previous_kernel
+
 
 @triton.jit
 def _rms_norm_kernel(
     x_ptr, residual_ptr, residual_out_ptr, weight_ptr, out_ptr,
     x_row_stride, x_head_stride, residual_row_stride, num_heads, eps,
-    DIM: tl.constexpr, BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    DIM: tl.constexpr, BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     pid = tl.program_id(0)  # one (row, head) vector of DIM values
+    let_next_kernel_launch(USE_PDL)
+    wait_previous_kernel(USE_PDL)
     row = (pid // num_heads).to(tl.int64)
     head = pid % num_heads
     cols = tl.arange(0, BLOCK)
@@ -37,8 +42,9 @@ def _rms_norm_kernel(
         tl.store(residual_out_ptr + row * DIM + cols, x, mask=mask)
     xf = x.to(tl.float32)
     inv_rms = 1.0 / tl.sqrt(tl.sum(xf * xf, 0) / DIM + eps)
+    normed = (xf * inv_rms).to(x_ptr.dtype.element_ty).to(tl.float32)  # rounded before the scale, as HF does
     w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + pid.to(tl.int64) * DIM + cols, (xf * inv_rms * w).to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + pid.to(tl.int64) * DIM + cols, (normed * w).to(out_ptr.dtype.element_ty), mask=mask)
 
 
 def rms_norm(
@@ -62,8 +68,8 @@ def rms_norm(
     _rms_norm_kernel[(rows * heads,)](
         x3, residual if residual is not None else x3, residual_out if residual_out is not None else out, weight, out,
         x3.stride(0), x3.stride(1), residual.stride(0) if residual is not None else 0, heads, eps,
-        DIM=dim, BLOCK=triton.next_power_of_2(dim), HAS_RESIDUAL=residual is not None,
-        num_warps=4 if dim >= 1024 else 1,
+        DIM=dim, BLOCK=triton.next_power_of_2(dim), HAS_RESIDUAL=residual is not None, USE_PDL=use_pdl(x),
+        num_warps=4 if dim >= 1024 else 1, launch_pdl=use_pdl(x),
     )
     return out, residual_out
 
@@ -88,9 +94,11 @@ def _rope_kernel(
     q_ptr, k_ptr, q_out_ptr, k_out_ptr, cos_sin_ptr, positions_ptr,
     q_token_stride, q_head_stride, k_token_stride, k_head_stride,
     NUM_Q_HEADS: tl.constexpr, NUM_K_HEADS: tl.constexpr, HALF: tl.constexpr,
-    BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
+    let_next_kernel_launch(USE_PDL)
+    wait_previous_kernel(USE_PDL)
     pos = tl.load(positions_ptr + token).to(tl.int64)
     dims = tl.arange(0, BLOCK_D)
     dim_mask = dims < HALF
@@ -119,15 +127,18 @@ def rope(
         q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         NUM_Q_HEADS=num_q, NUM_K_HEADS=num_k, HALF=dim // 2,
         BLOCK_Q=triton.next_power_of_2(num_q), BLOCK_K=triton.next_power_of_2(num_k),
-        BLOCK_D=triton.next_power_of_2(dim // 2),
-        num_warps=4 if num_q * dim >= 2048 else 1,
+        BLOCK_D=triton.next_power_of_2(dim // 2), USE_PDL=use_pdl(q),
+        num_warps=4 if num_q * dim >= 2048 else 1, launch_pdl=use_pdl(q),
     )
     return q_out, k_out
 
 
 @triton.jit
-def _silu_and_mul_kernel(gate_up_ptr, out_ptr, row_stride, SIZE: tl.constexpr, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(gate_up_ptr, out_ptr, row_stride, SIZE: tl.constexpr, BLOCK: tl.constexpr,
+                         USE_PDL: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
+    let_next_kernel_launch(USE_PDL)
+    wait_previous_kernel(USE_PDL)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < SIZE
     gate = tl.load(gate_up_ptr + row * row_stride + cols, mask=mask, other=0.0).to(tl.float32)
@@ -146,5 +157,6 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
         return out
     block = min(triton.next_power_of_2(size), 2048)
     _silu_and_mul_kernel[(tokens, triton.cdiv(size, block))](gate_up, out, gate_up.stride(0), SIZE=size, BLOCK=block,
-                                                             num_warps=4)
+                                                             USE_PDL=use_pdl(gate_up), num_warps=4,
+                                                             launch_pdl=use_pdl(gate_up))
     return out

@@ -11,6 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .pdl import let_next_kernel_launch, use_pdl, wait_previous_kernel
+
 
 @triton.jit
 def _store_kv_kernel(
@@ -24,7 +26,10 @@ def _store_kv_kernel(
     cache_slot_stride,
     ROW: tl.constexpr,  # kv_heads * head_dim: one token's K (or V), contiguous
     BLOCK: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    let_next_kernel_launch(USE_PDL)
+    wait_previous_kernel(USE_PDL)
     token = tl.program_id(0)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     slot = tl.load(slots_ptr + token).to(tl.int64)
@@ -57,5 +62,6 @@ def store_kv(
     block = min(triton.next_power_of_2(row), 1024)
     grid = (num_tokens, triton.cdiv(row, block))
     _store_kv_kernel[grid](
-        k, v, k_cache, v_cache, slots, k.stride(0), v.stride(0), k_cache.stride(0), ROW=row, BLOCK=block
+        k, v, k_cache, v_cache, slots, k.stride(0), v.stride(0), k_cache.stride(0), ROW=row, BLOCK=block,
+        USE_PDL=use_pdl(k), launch_pdl=use_pdl(k),
     )
