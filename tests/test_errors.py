@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 
 import pytest
+import torch
 
 from minisgl import LLM, SamplingParams
+from minisgl.attention.base import resolve_attention_backend
 from minisgl.models.config import ModelError
 from minisgl.server.ranks import LaunchError
 
@@ -69,3 +72,24 @@ def test_bad_sampling_params_are_rejected() -> None:
         SamplingParams(max_tokens=-1)
     with pytest.raises(ValueError, match="top_p must be in"):
         SamplingParams(top_p=0)
+
+
+def test_flashinfer_backend_on_a_cpu_is_a_one_line_error() -> None:
+    # the same answer whether or not flashinfer-python is installed
+    with pytest.raises(ValueError) as info:
+        resolve_attention_backend("flashinfer", torch.device("cpu"))
+    assert _one_line(info.value) == "attention backend 'flashinfer' runs on CUDA only; on a CPU use 'torch'"
+
+
+def test_flashinfer_backend_without_the_package_names_the_install(monkeypatch) -> None:
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "flashinfer" else real_find_spec(name, *args))
+    with pytest.raises(ValueError) as info:  # torch.device("cuda") needs no GPU: nothing runs there
+        resolve_attention_backend("flashinfer", torch.device("cuda"))
+    assert "needs the flashinfer-python package: pip install flashinfer-python==0.6." in _one_line(info.value)
+
+
+def test_auto_never_picks_flashinfer(monkeypatch) -> None:
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: object())  # everything "installed"
+    assert resolve_attention_backend("auto", torch.device("cuda")) == "triton"

@@ -35,3 +35,33 @@ def test_overlap_gives_the_same_outputs(case: str, tiny_model_dir) -> None:
     expected = _run(model_dir, CASES[case], overlap=False)
     assert _run(model_dir, CASES[case], overlap=True) == expected
     assert [len(tokens) for tokens in expected[:5]] == [p.max_tokens for p in CASES[case]] or case == "stop-ids"
+
+
+def _decode_batch_sizes(model_dir, overlap: bool) -> list[int]:
+    run = InProcessRun(SchedulerConfig(model_path=model_dir, dtype="float32", num_pages=512, overlap_schedule=overlap,
+                                       progress=False))
+    sizes: list[int] = []
+    for name in ("forward", "forward_async"):
+        original = getattr(run.engine, name)
+
+        def recording(batch, original=original):
+            if batch.phase == "decode":
+                sizes.append(batch.size)
+            return original(batch)
+
+        setattr(run.engine, name, recording)  # this instance only
+    try:
+        run.generate(PROMPTS, CASES["max-tokens"])
+    finally:
+        run.close()
+    return sizes
+
+
+def test_overlap_schedules_no_request_past_its_length_limit(tiny_model_dir) -> None:
+    """A request whose last output slot is taken (by a placeholder) is not decoded again, so overlap
+    runs the same decode batches as the plain loop: no wasted row, and the same batch sizes, which
+    the kernels' numerics may depend on."""
+    model_dir = tiny_model_dir("qwen3")
+    plain = _decode_batch_sizes(model_dir, overlap=False)
+    assert plain[0] == sum(p.max_tokens > 1 for p in CASES["max-tokens"]) and plain[-1] == 1  # max_tokens=1: prefill only
+    assert _decode_batch_sizes(model_dir, overlap=True) == plain

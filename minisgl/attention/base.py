@@ -11,7 +11,8 @@ import torch
 from minisgl.core import Batch
 from minisgl.kvcache import KVCachePool
 
-BACKENDS = ("auto", "torch", "triton")
+BACKENDS = ("auto", "torch", "triton", "flashinfer")
+FLASHINFER_PIN = "flashinfer-python==0.6.18.post1"  # the version benchmark/run_gpu_suite.sh tests (carried wheel)
 
 
 class AttentionBackend(Protocol):
@@ -25,7 +26,8 @@ class AttentionBackend(Protocol):
 
 
 def resolve_attention_backend(name: str, device: torch.device) -> str:
-    """`auto` is Triton on CUDA (when triton is installed) and torch elsewhere."""
+    """`auto` is Triton on CUDA (when triton is installed) and torch elsewhere. FlashInfer is never
+    picked by `auto`: it is an optional package that compiles its kernels on first use."""
     if name not in BACKENDS:
         raise ValueError(f"unknown attention backend {name!r}; available: {', '.join(BACKENDS)}")
     has_triton = importlib.util.find_spec("triton") is not None
@@ -36,14 +38,29 @@ def resolve_attention_backend(name: str, device: torch.device) -> str:
             raise ValueError("attention backend 'triton' needs the triton package: pip install triton")
         if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             raise ValueError("attention backend 'triton' runs on CUDA; on a CPU use 'torch' (or TRITON_INTERPRET=1)")
+    if name == "flashinfer":
+        if device.type != "cuda":
+            raise ValueError("attention backend 'flashinfer' runs on CUDA only; on a CPU use 'torch'")
+        if importlib.util.find_spec("flashinfer") is None:
+            raise ValueError(
+                f"attention backend 'flashinfer' needs the flashinfer-python package: pip install {FLASHINFER_PIN} "
+                "(optional; it compiles its kernels with nvcc on first use), or use 'triton'"
+            )
     return name
 
 
 def create_attention_backend(
-    name: str, pool: KVCachePool, device: torch.device, max_seq_len: int, max_requests: int
+    name: str, pool: KVCachePool, device: torch.device, max_seq_len: int, max_requests: int, local_q_heads: int = 0
 ) -> AttentionBackend:
-    """`max_seq_len` and `max_requests` size the Triton backend's device page table."""
+    """`max_seq_len` and `max_requests` size the device page table of the Triton and FlashInfer
+    backends; FlashInfer also plans with the number of query heads on this rank."""
     name = resolve_attention_backend(name, device)
+    if name == "flashinfer":
+        if local_q_heads <= 0:
+            raise ValueError("the flashinfer attention backend needs local_q_heads (query heads on this rank)")
+        from .flashinfer_backend import FlashInferAttentionBackend
+
+        return FlashInferAttentionBackend(pool, device, max_seq_len, max_requests, local_q_heads)
     if name == "triton":
         from .triton_backend import TritonAttentionBackend
 

@@ -1,19 +1,17 @@
 """Attention with our Triton kernels (chapter 10): the default backend on CUDA.
 
-Per layer: `store_kv` scatters the new K/V into the pool, then `decode_attention` (one new token per
-request) or `extend_attention` (prefill, chunked prefill) reads each request's K/V straight from
-the pool through a page table. Nothing is gathered into a padded copy, as the torch backend does.
+Per layer: `decode_attention` (one new token per request; it stores the new K/V into the pool
+itself), or `store_kv` and then `extend_attention` (prefill, chunked prefill), reads each request's
+K/V straight from the pool through a page table. Nothing is gathered into a padded copy, as the torch backend does.
 
-The page table lives on the device and is written once per request, when the request first shows
-up (the scheduler reserves all of a request's pages at admission, so its row never changes; pages
-appended later are uploaded as they appear). A step then only uploads each request's row index and
-length: a few hundred bytes, whatever the context length. Row 0 is never handed out: it points at
-page 0, which the allocator never hands out either, so CUDA-graph padding rows read harmless data.
+The page table (`page_table.py`) lives on the device and is written once per request, when the
+request first shows up. A step then only uploads each request's row index and length: a few hundred
+bytes, whatever the context length. Row 0 is the padding row: it points at page 0, which the
+allocator never hands out, so CUDA-graph padding rows read harmless data.
 """
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +19,8 @@ import torch
 from minisgl.core import Batch, Req
 from minisgl.kvcache import KVCachePool
 from minisgl.kernel.triton import decode_attention, extend_attention, store_kv
+
+from .page_table import DevicePageTable
 
 
 @dataclass
@@ -57,87 +57,40 @@ class TritonAttentionBackend:
         self.local_kv_heads = pool.k_buffer.shape[2]
         # the CPU interpreter pretends to have 16 SMs: small test batches still split and merge
         self.num_sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 16
-        self.max_pages_per_req = pool.pages_for(max_seq_len)
-        # [rows, max_pages] int32; row 0 (all page 0) is the padding row
-        self.page_table = torch.zeros(max_requests + 1, self.max_pages_per_req, dtype=torch.int32, device=device)
-        self._free_rows = list(range(max_requests, 0, -1))
-        # req -> [row, pages uploaded, finalizer]; the finalizer frees the row if a caller drops a
-        # request without release() (tests driving the engine by hand)
-        self._rows: weakref.WeakKeyDictionary[Req, list] = weakref.WeakKeyDictionary()
+        self.page_rows = DevicePageTable(pool, device, max_seq_len, max_requests)
+        self.page_table = self.page_rows.table  # [rows, max_pages] int32, what the kernels read
         self._graph_meta: torch.Tensor | None = None  # [2, max_bs] int32 rows, seq_lens (CUDA graphs)
 
-    # ---- per-request page-table rows ----------------------------------------------------------
     def release(self, req: Req) -> None:
-        """`req` finished: its row goes back to the free list (work already queued keeps reading
-        the old contents; later uploads are ordered after it on the same stream)."""
-        entry = self._rows.pop(req, None)
-        if entry is not None:
-            entry[2]()  # runs the finalizer now, once: the row is freed
-
-    def _upload_rows(self, reqs: list[Req]) -> list[int]:
-        """Row of each request, uploading page ids the device has not seen yet (one H2D copy)."""
-        rows: list[int] = []
-        index_parts: list[torch.Tensor] = []
-        value_parts: list[torch.Tensor] = []
-        width = self.max_pages_per_req
-        for req in reqs:
-            entry = self._rows.get(req)
-            if entry is None:
-                if not self._free_rows:
-                    raise RuntimeError(
-                        f"more than {self.page_table.shape[0] - 1} live requests in the attention backend; "
-                        "raise max_running_requests or release finished requests (Engine.release)"
-                    )
-                row = self._free_rows.pop()
-                entry = [row, 0, weakref.finalize(req, self._free_rows.append, row)]
-                self._rows[req] = entry
-            row, uploaded = entry[0], entry[1]
-            num_pages = len(req.pages)
-            if num_pages > width:
-                raise ValueError(f"request {req.uid} holds {num_pages} pages; the page table fits {width}")
-            if num_pages < uploaded:
-                uploaded = 0  # the page list was replaced: upload it again
-            if num_pages > uploaded:
-                index_parts.append(torch.arange(uploaded, num_pages, dtype=torch.int64) + row * width)
-                value_parts.append(torch.tensor(req.pages[uploaded:], dtype=torch.int32))
-                entry[1] = num_pages
-            rows.append(row)
-        if index_parts:
-            index = self._to_device(torch.cat(index_parts))
-            values = self._to_device(torch.cat(value_parts))
-            self.page_table.view(-1).index_copy_(0, index, values)
-        return rows
-
-    def _to_device(self, host: torch.Tensor) -> torch.Tensor:
-        if self.device.type == "cuda":
-            return host.pin_memory().to(self.device, non_blocking=True)  # no host-device sync
-        return host.to(self.device)
+        """`req` finished: its page-table row goes back to the free list."""
+        self.page_rows.release(req)
 
     # ---- the AttentionBackend interface ---------------------------------------------------------
     def prepare(self, batch: Batch) -> None:
-        rows = self._upload_rows(batch.reqs)
+        rows = self.page_rows.upload(batch.reqs)
         if all(extend == 1 for extend in batch.extend_lens):
             seq_lens = [p + 1 for p in batch.prefix_lens]
-            meta = self._to_device(torch.tensor([rows, seq_lens], dtype=torch.int32))  # [2, reqs]
+            meta = self.page_rows.to_device(torch.tensor([rows, seq_lens], dtype=torch.int32))  # [2, reqs]
             batch.attn_metadata = TritonDecodeMetadata(meta[0], meta[1])
             return
         q_starts, start = [], 0
         for extend in batch.extend_lens:
             q_starts.append(start)
             start += extend
-        meta = self._to_device(torch.tensor([rows, batch.prefix_lens, batch.extend_lens, q_starts], dtype=torch.int32))
+        host = torch.tensor([rows, batch.prefix_lens, batch.extend_lens, q_starts], dtype=torch.int32)  # [4, reqs]
+        meta = self.page_rows.to_device(host)
         batch.attn_metadata = TritonExtendMetadata(meta[0], meta[1], meta[2], meta[3], max(batch.extend_lens))
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
         k_cache, v_cache = self.pool.k_buffer[layer_id], self.pool.v_buffer[layer_id]
-        store_kv(k_cache, v_cache, batch.out_slots, k, v)
         meta = batch.attn_metadata
         scale = q.shape[-1] ** -0.5
-        if isinstance(meta, TritonDecodeMetadata):
+        if isinstance(meta, TritonDecodeMetadata):  # the kernel stores the new K/V itself: one launch less
             return decode_attention(
                 q, k_cache, v_cache, self.page_table, meta.req_rows, meta.seq_lens, self.page_size, scale,
-                decode_num_splits(q.shape[0], self.local_kv_heads, self.num_sms),
+                decode_num_splits(q.shape[0], self.local_kv_heads, self.num_sms), new_kv=(k, v, batch.out_slots),
             )
+        store_kv(k_cache, v_cache, batch.out_slots, k, v)
         return extend_attention(
             q, k_cache, v_cache, self.page_table, meta.req_rows, meta.prefix_lens, meta.extend_lens, meta.q_starts,
             meta.max_extend_len, self.page_size, scale,
@@ -153,10 +106,11 @@ class TritonAttentionBackend:
         assert self._graph_meta is not None
         return TritonDecodeMetadata(self._graph_meta[0, :bs], self._graph_meta[1, :bs])
 
-    def prepare_graph_replay(self, batch: Batch) -> None:
-        """Write `batch`'s rows and lengths into the static buffers; the rest stays padding."""
+    def prepare_graph_replay(self, batch: Batch, bucket: int) -> None:
+        """Write `batch`'s rows and lengths into the static buffers; the rest stays padding (so
+        every bucket's graph, `bucket` included, reads valid rows)."""
         assert self._graph_meta is not None
-        rows = self._upload_rows(batch.reqs)
+        rows = self.page_rows.upload(batch.reqs)
         host = torch.zeros(2, self._graph_meta.shape[1], dtype=torch.int32)
         host[1].fill_(1)
         host[0, : batch.size] = torch.tensor(rows, dtype=torch.int32)

@@ -17,7 +17,7 @@ class EngineConfig:
     page_size: int = 1
     num_pages: int | None = None  # KV pages; None sizes the pool from kv_memory_gb / free memory
     kv_memory_gb: float | None = None
-    attention_backend: str = "auto"  # auto: "triton" on CUDA, "torch" on CPU
+    attention_backend: str = "auto"  # auto: "triton" on CUDA, "torch" on CPU; or "flashinfer" (optional)
     dist_backend: str = "auto"  # auto: "pynccl" with one GPU per rank, else "gloo"; or "nccl"
     dist_init_addr: str = "tcp://127.0.0.1:0"  # the launcher fills a free port for tp > 1
     dist_timeout_s: float = 600.0

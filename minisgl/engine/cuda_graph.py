@@ -9,7 +9,10 @@ them with a single call. A graph replays fixed addresses and fixed shapes, so:
 - the inputs live in static buffers that each replay overwrites: token ids, positions, out slots
   here, page-table rows and lengths in the attention backend;
 - all graphs share one memory pool, captured largest first, so they cost about one forward's
-  activations in total.
+  activations in total;
+- a graph also does the overlap schedule's device work around the forward, so a step launches
+  nothing else from Python: first it swaps placeholder ids for the previous step's tokens
+  (placeholders.py), last it takes the greedy tokens and keeps them for the next step.
 Graphs are destroyed before the communicators they captured (`Engine.shutdown`).
 """
 
@@ -21,6 +24,8 @@ import torch
 
 from minisgl.core import Batch, forward_context
 
+from .placeholders import resolve_placeholders
+
 logger = logging.getLogger(__name__)
 
 
@@ -31,8 +36,9 @@ def graph_batch_sizes(max_bs: int) -> list[int]:
 
 
 class CudaGraphRunner:
-    def __init__(self, model, attn_backend, max_bs: int, device: torch.device) -> None:
+    def __init__(self, model, attn_backend, max_bs: int, device: torch.device, future_tokens: torch.Tensor) -> None:
         self.model = model
+        self.future_tokens = future_tokens  # [>= max_bs] int64, the engine's: last step's greedy tokens
         self.attn_backend = attn_backend
         self.batch_sizes = graph_batch_sizes(max_bs)
         self.max_bs = max_bs
@@ -43,7 +49,7 @@ class CudaGraphRunner:
         self.last_indices = torch.arange(max_bs, device=device)  # one logits row per request
         attn_backend.init_graph_buffers(max_bs)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[int, torch.Tensor] = {}  # bs -> static logits [bs, vocab]
+        self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # bs -> static logits [bs, vocab], greedy [bs]
         pool = torch.cuda.graph_pool_handle()
         for bs in reversed(self.batch_sizes):
             self._capture(bs, pool)
@@ -62,9 +68,13 @@ class CudaGraphRunner:
             attn_metadata=self.attn_backend.graph_metadata(bs),
         )
 
-    def _run(self, batch: Batch) -> torch.Tensor:
+    def _run(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        resolve_placeholders(batch.input_ids, self.future_tokens)
         with forward_context(batch, self.attn_backend):
-            return self.model.forward(batch)
+            logits = self.model.forward(batch)  # [bs, vocab]
+        greedy = torch.argmax(logits.float(), dim=-1)  # [bs], as sample() picks at temperature 0
+        self.future_tokens[: greedy.numel()].copy_(greedy)
+        return logits, greedy
 
     def _capture(self, bs: int, pool) -> None:
         batch = self._static_batch(bs)
@@ -82,22 +92,27 @@ class CudaGraphRunner:
     def fits(self, batch: Batch) -> bool:
         return batch.phase == "decode" and batch.size <= self.max_bs
 
-    def load(self, batch: Batch) -> torch.Tensor:
-        """Copy `batch` into the static buffers (padding the rest); returns the static token ids
-        [padded bs], which the caller may still rewrite before `replay`."""
+    def run(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits [bs, vocab] and greedy tokens [bs] of a decode batch (views of the graph's static
+        outputs: consume them before the next run)."""
+        self.load(batch)
+        return self.replay(batch.size)
+
+    def load(self, batch: Batch) -> None:
+        """Copy `batch` into the static buffers (padding the rest)."""
         bs = batch.size
         host = self._pad_template.clone()
         host[:, :bs] = torch.stack([batch.input_ids, batch.positions, batch.out_slots]).cpu()
         self.inputs.copy_(host.pin_memory(), non_blocking=True)
-        self.attn_backend.prepare_graph_replay(batch)
-        return self.inputs[0, : self._bucket(bs)]
+        bucket = self._bucket(bs)
+        self.attn_backend.prepare_graph_replay(batch, bucket)  # the graph of `bucket` will replay
 
-    def replay(self, bs: int) -> torch.Tensor:
-        """Run the graph of `bs`'s bucket on the loaded inputs; logits [bs, vocab] (a view of the
-        graph's static output: consume it before the next replay)."""
+    def replay(self, bs: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the graph of `bs`'s bucket on the loaded inputs; (logits [bs, vocab], greedy [bs])."""
         bucket = self._bucket(bs)
         self.graphs[bucket].replay()
-        return self.outputs[bucket][:bs]
+        logits, greedy = self.outputs[bucket]
+        return logits[:bs], greedy[:bs]
 
     def _bucket(self, bs: int) -> int:
         return next(size for size in self.batch_sizes if size >= bs)

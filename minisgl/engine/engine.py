@@ -27,6 +27,7 @@ from minisgl.models.weight import load_dummy_weights, load_weights
 
 from .config import EngineConfig
 from .cuda_graph import CudaGraphRunner
+from .placeholders import resolve_placeholders
 from .sampler import sample
 
 logger = logging.getLogger(__name__)
@@ -77,9 +78,11 @@ class Engine:
         self.attn_backend = create_attention_backend(
             config.attention_backend, self.kv_pool, self.device,
             self.model_config.max_position_embeddings, config.max_running_requests,
+            local_q_heads=self.model_config.num_heads // tp.size,
         )
         self.overlap = config.overlap_schedule if config.overlap_schedule is not None else self.device.type == "cuda"
-        self._future_tokens: torch.Tensor | None = None  # last async step's tokens, read by the next
+        # the last step's greedy tokens, which fill the next step's placeholders (placeholders.py)
+        self._future_tokens = torch.zeros(2 * config.max_running_requests, dtype=torch.int64, device=self.device)
         self.graph_runner = self._init_cuda_graphs()
 
     def _init_communication(self) -> dist.ProcessGroup | None:
@@ -152,13 +155,13 @@ class Engine:
         if max_bs <= 0 or self.device.type != "cuda":
             return None
         if not hasattr(self.attn_backend, "graph_metadata"):
-            logger.warning("CUDA graphs need the triton attention backend; running decode eagerly")
+            logger.warning("CUDA graphs need the triton or flashinfer attention backend; running decode eagerly")
             return None
         if self.config.tp_info.size > 1 and self.dist_backend == "gloo":
             logger.warning("gloo collectives cannot be captured in a CUDA graph; running decode eagerly")
             return None
         with torch.inference_mode():
-            return CudaGraphRunner(self.model, self.attn_backend, max_bs, self.device)
+            return CudaGraphRunner(self.model, self.attn_backend, max_bs, self.device, self._future_tokens)
 
     @torch.inference_mode()
     def forward(self, batch: Batch) -> list[int]:
@@ -169,11 +172,11 @@ class Engine:
     def forward_async(self, batch: Batch) -> TokenFuture:
         """Greedy tokens of `batch`, without waiting for the device. Token ids of a later batch may
         be placeholders -(i + 1), "token i of this step": the device fills them in (overlap)."""
-        tokens = torch.argmax(self.forward_logits(batch).float(), dim=-1)  # [num_reqs], as sample() does
-        if self._future_tokens is None or self._future_tokens.numel() < tokens.numel():
-            self._future_tokens = torch.zeros(max(tokens.numel(), 2 * self.config.max_running_requests),
-                                              dtype=torch.int64, device=self.device)
-        self._future_tokens[: tokens.numel()].copy_(tokens)
+        if self.graph_runner is not None and self.graph_runner.fits(batch):
+            tokens = self.graph_runner.run(batch)[1]  # the graph kept them for the next step too
+        else:
+            tokens = torch.argmax(self._forward_eager(batch).float(), dim=-1)  # [num_reqs], as sample() does
+            self._future_tokens[: tokens.numel()].copy_(tokens)
         if self.device.type != "cuda":
             return TokenFuture(tokens, None)
         host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
@@ -187,9 +190,10 @@ class Engine:
         """Logits [num_reqs, vocab] of each request's last new token. `batch` may live on the CPU:
         its tensors move to the device without a host-device sync."""
         if self.graph_runner is not None and self.graph_runner.fits(batch):
-            input_ids = self.graph_runner.load(batch)
-            self._resolve_placeholders(input_ids)
-            return self.graph_runner.replay(batch.size)
+            return self.graph_runner.run(batch)[0]
+        return self._forward_eager(batch)
+
+    def _forward_eager(self, batch: Batch) -> torch.Tensor:
         batch = self._to_device(batch)
         self._resolve_placeholders(batch.input_ids)
         self.attn_backend.prepare(batch)
@@ -210,11 +214,9 @@ class Engine:
         return dataclasses.replace(batch, input_ids=ids, positions=positions, out_slots=slots, last_indices=last)
 
     def _resolve_placeholders(self, input_ids: torch.Tensor) -> None:
-        """Replace placeholder ids -(i + 1) by token i of the previous async step, in place."""
-        if self._future_tokens is None:
-            return
-        previous = self._future_tokens[(-input_ids - 1).clamp_(min=0)]
-        input_ids.copy_(torch.where(input_ids < 0, previous, input_ids))
+        """Replace placeholder ids -(i + 1) by token i of the previous step, in place (a CUDA graph
+        does this itself, as its first kernel)."""
+        resolve_placeholders(input_ids, self._future_tokens)
 
     def release(self, req: Req) -> None:
         """`req` finished: drop per-request state in the attention backend (its page-table row)."""

@@ -12,8 +12,10 @@ Overlap (chapter 10, on by default on CUDA): the step is launched without waitin
 and the previous step's tokens are processed while the device runs it. Bookkeeping that needs no
 token value (KV progress, prefill -> decode, one more output slot) happens at launch; the slot holds
 a placeholder -(i + 1), "token i of that step", which the engine fills in on the device when the
-next decode step reads it. Finishing (EOS, length) is therefore seen one step late: a finished
-request rides along in one extra step whose token is dropped. Overlap needs greedy requests only
+next decode step reads it. A stop token is therefore seen one step late: that request rides along
+in one extra step whose token is dropped. The length limit is known ahead: a request whose output
+slots (placeholders included) reach it is not scheduled again, so with or without overlap the
+decode batches are the same until a stop token. Overlap needs greedy requests only
 (sampling draws on the CPU); any other request in the system turns it off until it leaves.
 """
 
@@ -156,10 +158,10 @@ class Scheduler:
         return make_prefill_batch(reqs, chunks, self.pool, HOST)
 
     def _schedule_decode(self) -> Batch | None:
-        if not self.running:
-            return None
-        reqs = sorted(self.running.values(), key=lambda r: r.uid)  # same order on every rank
-        return make_decode_batch(reqs, self.pool, HOST)
+        # same order on every rank; a request already at its length limit only awaits its last token
+        reqs = [r for r in self.running.values() if not self._at_length_limit(r, len(r.output_ids))]
+        reqs.sort(key=lambda r: r.uid)
+        return make_decode_batch(reqs, self.pool, HOST) if reqs else None
 
     def _num_admitted(self) -> int:
         return len(self.prefilling) + len(self.running)
@@ -199,9 +201,14 @@ class Scheduler:
         params = req.sampling
         if (token in self.eos_ids and not params.ignore_eos) or token in params.stop_token_ids:
             return "stop"
-        if num_output >= params.max_tokens or len(req.input_ids) + num_output >= req.max_total_len:
+        if self._at_length_limit(req, num_output):
             return "length"
         return None
+
+    @staticmethod
+    def _at_length_limit(req: Req, num_output: int) -> bool:
+        """`num_output` outputs (with overlap, the last may still be a placeholder) end `req`."""
+        return num_output >= req.sampling.max_tokens or len(req.input_ids) + num_output >= req.max_total_len
 
     def _finish(self, req: Req) -> None:
         """Forget `req` wherever it is and give its KV pages back."""

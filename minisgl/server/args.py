@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from minisgl.attention.base import resolve_attention_backend
+from minisgl.attention.base import BACKENDS, resolve_attention_backend
 from minisgl.distributed import DistributedInfo
 from minisgl.engine.engine import resolve_dist_backend
 from minisgl.models.config import ModelConfig
@@ -74,9 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
                           help="auto = cuda when torch sees a GPU, else cpu")
     parallel.add_argument("--dist-backend", default=defaults.dist_backend, choices=["auto", "gloo", "nccl", "pynccl"],
                           help="tensor collectives; auto = pynccl with one GPU per rank, else gloo")
-    parallel.add_argument("--attention-backend", default=defaults.attention_backend,
-                          choices=["auto", "torch", "triton"],
-                          help="auto = triton on CUDA (when installed), torch elsewhere")
+    parallel.add_argument("--attention-backend", "--attn", dest="attention_backend",
+                          default=defaults.attention_backend, choices=list(BACKENDS),
+                          help="auto = triton on CUDA (when installed), torch elsewhere; flashinfer = "
+                               "FlashInfer's kernels (optional flashinfer-python package, CUDA, bf16/fp16; "
+                               "compiles its kernels on first use, tens of seconds)")
     parallel.add_argument("--cuda-graph-max-bs", type=int, default=None, metavar="N",
                           help="largest decode batch replayed as a CUDA graph; 0 disables graphs "
                                "(default: --max-running-requests, at most 256)")

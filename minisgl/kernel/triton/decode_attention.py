@@ -8,6 +8,10 @@ Two passes (split-K, "flash-decoding"):
    normalised output and its log-sum-exp.
 2. grid (requests, q_heads): merge the slices, weighting slice s by exp(lse_s - logsumexp(lse)).
 
+The new token's K/V can be handed to the kernel (`new_kv`): the program whose slice holds the new
+position writes them into the pool before reading it, which saves the separate `store_kv` launch
+of every layer (the backend does this; the notebook passes a cache that already holds them).
+
 Splitting keeps the GPU busy when requests x KV heads is small (batch 1 has 3-8 programs without
 it). The caller picks the number of splits (`decode_num_splits` in minisgl/attention/
 triton_backend.py: from the batch size rounded up to a power of two, so CUDA-graph padding never
@@ -24,6 +28,7 @@ import triton
 import triton.language as tl
 
 from .pdl import let_next_kernel_launch, use_pdl, wait_previous_kernel
+from .store_kv import token_rows
 
 LOG2E = 1.4426950408889634
 
@@ -63,11 +68,16 @@ def _decode_split_kernel(
     page_table_ptr,  # [rows, max_pages] int32
     req_rows_ptr,  # [reqs] int32
     seq_lens_ptr,  # [reqs] int32
+    new_k_ptr,  # [reqs, kv_heads, head_dim]: the new token's K (STORE_NEW_KV)
+    new_v_ptr,
+    new_slots_ptr,  # [reqs]: its slot in the pool, -1 for CUDA-graph padding rows
     out_ptr,  # [reqs, q_heads, splits, head_dim] fp32, or [reqs, q_heads, head_dim] when DIRECT
     lse_ptr,  # [reqs, q_heads, splits] fp32
     scale_log2,  # softmax scale * log2(e): exp2 instead of exp
     q_req_stride,
     q_head_stride,
+    new_k_req_stride,
+    new_v_req_stride,
     cache_slot_stride,
     cache_head_stride,
     page_table_stride,
@@ -84,6 +94,7 @@ def _decode_split_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr,  # see dot_precision
+    STORE_NEW_KV: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     req = tl.program_id(0)
@@ -96,11 +107,22 @@ def _decode_split_kernel(
     split_len = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)
+    dims = tl.arange(0, BLOCK_D)
+    dim_mask = dims < HEAD_DIM
+
+    if STORE_NEW_KV:  # the slice holding position seq_len - 1 writes this KV head's new K/V first
+        new_slot = tl.load(new_slots_ptr + req).to(tl.int64)
+        owns_new = (seq_len - 1 >= start) & (seq_len - 1 < end) & (new_slot >= 0)
+        new_mask = dim_mask & owns_new
+        new_k = tl.load(new_k_ptr + req.to(tl.int64) * new_k_req_stride + kv_head * HEAD_DIM + dims, mask=new_mask)
+        new_v = tl.load(new_v_ptr + req.to(tl.int64) * new_v_req_stride + kv_head * HEAD_DIM + dims, mask=new_mask)
+        new_offs = new_slot * cache_slot_stride + kv_head * cache_head_stride + dims
+        tl.store(k_cache_ptr + new_offs, new_k, mask=new_mask)
+        tl.store(v_cache_ptr + new_offs, new_v, mask=new_mask)
+        tl.debug_barrier()  # the loop below reads that slot back: every thread must see the store
 
     heads = kv_head * GROUP + tl.arange(0, BLOCK_H)  # [BLOCK_H]
     head_mask = tl.arange(0, BLOCK_H) < GROUP
-    dims = tl.arange(0, BLOCK_D)
-    dim_mask = dims < HEAD_DIM
     q = tl.load(
         q_ptr + req.to(tl.int64) * q_req_stride + heads[:, None] * q_head_stride + dims[None, :],
         mask=head_mask[:, None] & dim_mask[None, :],
@@ -182,10 +204,12 @@ def decode_attention(
     scale: float,
     num_splits: int,
     out: torch.Tensor | None = None,
+    new_kv: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """q [reqs, q_heads, d]; caches [slots, kv_heads, d] (one layer); page_table [rows, max_pages];
-    req_rows, seq_lens [reqs] int32 (seq_len >= 1 counts the new token, already stored).
-    Returns [reqs, q_heads, d]."""
+    req_rows, seq_lens [reqs] int32 (seq_len >= 1 counts the new token). The new token's K/V is
+    already in the cache, or comes as new_kv = (k, v [reqs, kv_heads, d], slots [reqs]) and is
+    stored by the kernel. Returns [reqs, q_heads, d]."""
     num_reqs, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     group = num_heads // num_kv_heads
@@ -205,10 +229,15 @@ def decode_attention(
         partial = torch.empty(num_reqs, num_heads, num_splits, head_dim, dtype=torch.float32, device=q.device)
         lse = torch.empty(num_reqs, num_heads, num_splits, dtype=torch.float32, device=q.device)
         partial_strides = (partial.stride(0), partial.stride(1), partial.stride(2))
+    if new_kv is not None:
+        new_k, new_v, new_slots = token_rows(new_kv[0]), token_rows(new_kv[1]), new_kv[2]
+    else:
+        new_k, new_v, new_slots = q, q, seq_lens  # unused (STORE_NEW_KV=False)
     _decode_split_kernel[(num_reqs, num_kv_heads, num_splits)](
-        q, k_cache, v_cache, page_table, req_rows, seq_lens, partial, lse,
+        q, k_cache, v_cache, page_table, req_rows, seq_lens, new_k, new_v, new_slots, partial, lse,
         scale * LOG2E,
         q.stride(0), q.stride(1),
+        new_k.stride(0), new_v.stride(0),
         k_cache.stride(0), k_cache.stride(1),
         page_table.stride(0),
         *partial_strides,
@@ -222,6 +251,7 @@ def decode_attention(
         BLOCK_N=64 if block_d <= 128 else 32,
         BLOCK_D=block_d,
         PRECISION=dot_precision(q.dtype),
+        STORE_NEW_KV=new_kv is not None,
         USE_PDL=pdl,
         num_warps=4,
         num_stages=2,

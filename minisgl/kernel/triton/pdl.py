@@ -26,6 +26,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from minisgl.kernel import SMALL_BATCH_ROWS
+
 
 @functools.cache
 def _device_supports_pdl(index: int) -> bool:
@@ -33,9 +35,13 @@ def _device_supports_pdl(index: int) -> bool:
 
 
 def use_pdl(x: torch.Tensor) -> bool:
-    """Launch with PDL: a CUDA tensor on Hopper or newer, not in the interpreter, not switched off
-    with MINISGL_DISABLE_PDL=1 (the A/B switch of benchmark/gpu_decode.py)."""
-    if not x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1" or os.environ.get("MINISGL_DISABLE_PDL") == "1":
+    """Launch with PDL: a small batch (x [rows, ...], rows <= SMALL_BATCH_ROWS) of CUDA tensors on
+    Hopper or newer, not in the interpreter, not switched off with MINISGL_DISABLE_PDL=1 (the A/B
+    switch of benchmark/gpu_decode.py). At 64 rows the early programs, spinning on SMs until their
+    turn, cost more than the launch gaps they hide (SmolLM2 shape: 1.21 vs 1.10 ms a step)."""
+    if not x.is_cuda or x.shape[0] > SMALL_BATCH_ROWS:
+        return False
+    if os.environ.get("TRITON_INTERPRET") == "1" or os.environ.get("MINISGL_DISABLE_PDL") == "1":
         return False
     return _device_supports_pdl(x.device.index if x.device.index is not None else torch.cuda.current_device())
 

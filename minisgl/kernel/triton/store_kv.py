@@ -41,7 +41,7 @@ def _store_kv_kernel(
     tl.store(v_cache_ptr + slot * cache_slot_stride + offs, v, mask=mask)
 
 
-def _token_rows(x: torch.Tensor) -> torch.Tensor:
+def token_rows(x: torch.Tensor) -> torch.Tensor:
     """[tokens, kv_heads, head_dim] with each token's row contiguous (a strided token dim is fine:
     v is a view into the fused qkv output)."""
     if x.stride(-1) != 1 or x.stride(-2) != x.shape[-1]:
@@ -57,7 +57,7 @@ def store_kv(
     num_tokens = k.shape[0]
     if num_tokens == 0:
         return
-    k, v = _token_rows(k), _token_rows(v)
+    k, v = token_rows(k), token_rows(v)
     row = k.shape[1] * k.shape[2]
     block = min(triton.next_power_of_2(row), 1024)
     grid = (num_tokens, triton.cdiv(row, block))
