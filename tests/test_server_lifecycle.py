@@ -4,18 +4,21 @@ no child process outlives it; the shell chats and exits."""
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import psutil
 import pytest
 
 from minisgl.testing.server import RunningServer
+from minisgl.utils import IPC_DIR_PREFIX, make_ipc_dir
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -132,6 +135,21 @@ def test_children_exit_when_the_server_is_killed(tiny_model_dir):
     server.process.kill()  # SIGKILL: no cleanup code runs; each child's parent watchdog must notice
     server.stop()
     assert_all_gone(children, timeout_s=10)
+    # its ipc socket folders stay behind; the next start removes them
+    left = glob.glob(os.path.join(tempfile.gettempdir(), f"{IPC_DIR_PREFIX}{server.process.pid}-*"))
+    assert len(left) == 2  # the server's and its rank group's
+    shutil.rmtree(make_ipc_dir())
+    assert not any(os.path.exists(path) for path in left)
+
+
+def test_ipc_folders_of_live_processes_are_kept():
+    mine = make_ipc_dir()
+    try:
+        assert os.path.basename(mine).startswith(f"{IPC_DIR_PREFIX}{os.getpid()}-")
+        shutil.rmtree(make_ipc_dir())
+        assert os.path.isdir(mine)  # this process is alive: its folder stays
+    finally:
+        shutil.rmtree(mine)
 
 
 def test_shell_chats_resets_and_exits(tiny_model_dir):

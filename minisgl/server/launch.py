@@ -22,7 +22,6 @@ import os
 import queue
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ import zmq
 from minisgl.message import ShutdownRequest, encode_message
 from minisgl.models.config import ModelError
 from minisgl.tokenizer.process import run_detokenizer_process, run_tokenizer_process
+from minisgl.utils import make_ipc_dir
 
 from .args import ArgsError, ServerArgs, bind_http_socket, check_args
 from .ranks import LaunchError, RankGroup, describe_exit, first_dead, stop_processes
@@ -68,7 +68,7 @@ class ServerProcesses:
     def start(cls, args: ServerArgs) -> ServerProcesses:
         """Spawn every child, then wait for all acks; on any failure stop them all and raise
         `LaunchError` naming the child that failed."""
-        ipc_dir = tempfile.mkdtemp(prefix="minisgl-server-")
+        ipc_dir = make_ipc_dir()
         detokenizer_addr = f"ipc://{ipc_dir}/detokenizer"
         # rank 0 pushes its TokenOutputs straight to the detokenizer, never back to main
         ranks = RankGroup.spawn(dataclasses.replace(args.scheduler, outputs_addr=detokenizer_addr))

@@ -9,12 +9,11 @@ import os
 import queue
 import shutil
 import signal
-import tempfile
 import time
 from multiprocessing.process import BaseProcess
 
 from minisgl.distributed import DistributedInfo
-from minisgl.utils import free_port
+from minisgl.utils import free_port, make_ipc_dir
 from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.process import run_scheduler_process
 
@@ -65,7 +64,7 @@ class RankGroup:
         then polls `poll_acks()` for both kinds together."""
         tp_size = config.tp_info.size
         check_tp_fits_machine(tp_size, config.device)
-        ipc_dir = tempfile.mkdtemp(prefix="minisgl-")
+        ipc_dir = make_ipc_dir()
         config = dataclasses.replace(
             config,
             dist_init_addr=f"tcp://127.0.0.1:{free_port()}",
