@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .pdl import let_next_kernel_launch, use_pdl, wait_previous_kernel
+from .pdl import let_next_kernel_launch, pdl_launch_options, wait_previous_kernel
 from .store_kv import token_rows
 
 LOG2E = 1.4426950408889634
@@ -220,7 +220,7 @@ def decode_attention(
     if q.stride(-1) != 1:
         q = q.contiguous()
     block_d = max(16, triton.next_power_of_2(head_dim))
-    pdl = use_pdl(q)
+    pdl = pdl_launch_options(q)
     direct = num_splits == 1
     if direct:
         partial, lse = out, out  # lse unused
@@ -252,10 +252,9 @@ def decode_attention(
         BLOCK_D=block_d,
         PRECISION=dot_precision(q.dtype),
         STORE_NEW_KV=new_kv is not None,
-        USE_PDL=pdl,
         num_warps=4,
         num_stages=2,
-        launch_pdl=pdl,
+        **pdl,
     )
     if not direct:
         _merge_splits_kernel[(num_reqs, num_heads)](
@@ -265,8 +264,7 @@ def decode_attention(
             NUM_SPLITS=num_splits,
             BLOCK_S=triton.next_power_of_2(num_splits),
             BLOCK_D=block_d,
-            USE_PDL=pdl,
             num_warps=1 if block_d <= 64 else 2,
-            launch_pdl=pdl,
+            **pdl,
         )
     return out

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from .decode_attention import LOG2E, attend_kv_tile, dot_precision
-from .pdl import let_next_kernel_launch, use_pdl, wait_previous_kernel
+from .pdl import let_next_kernel_launch, pdl_launch_options, wait_previous_kernel
 
 
 @triton.jit
@@ -138,9 +138,8 @@ def extend_attention(
         BLOCK_N=64 if block_d <= 128 else 32,
         BLOCK_D=block_d,
         PRECISION=dot_precision(q.dtype),
-        USE_PDL=use_pdl(q),
         num_warps=4,
         num_stages=2,
-        launch_pdl=use_pdl(q),
+        **pdl_launch_options(q),
     )
     return out

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .pdl import let_next_kernel_launch, use_pdl, wait_previous_kernel
+from .pdl import let_next_kernel_launch, pdl_launch_options, wait_previous_kernel
 
 
 @triton.jit
@@ -68,8 +68,8 @@ def rms_norm(
     _rms_norm_kernel[(rows * heads,)](
         x3, residual if residual is not None else x3, residual_out if residual_out is not None else out, weight, out,
         x3.stride(0), x3.stride(1), residual.stride(0) if residual is not None else 0, heads, eps,
-        DIM=dim, BLOCK=triton.next_power_of_2(dim), HAS_RESIDUAL=residual is not None, USE_PDL=use_pdl(x),
-        num_warps=4 if dim >= 1024 else 1, launch_pdl=use_pdl(x),
+        DIM=dim, BLOCK=triton.next_power_of_2(dim), HAS_RESIDUAL=residual is not None,
+        num_warps=4 if dim >= 1024 else 1, **pdl_launch_options(x),
     )
     return out, residual_out
 
@@ -127,8 +127,8 @@ def rope(
         q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         NUM_Q_HEADS=num_q, NUM_K_HEADS=num_k, HALF=dim // 2,
         BLOCK_Q=triton.next_power_of_2(num_q), BLOCK_K=triton.next_power_of_2(num_k),
-        BLOCK_D=triton.next_power_of_2(dim // 2), USE_PDL=use_pdl(q),
-        num_warps=4 if num_q * dim >= 2048 else 1, launch_pdl=use_pdl(q),
+        BLOCK_D=triton.next_power_of_2(dim // 2),
+        num_warps=4 if num_q * dim >= 2048 else 1, **pdl_launch_options(q),
     )
     return q_out, k_out
 
@@ -157,6 +157,5 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
         return out
     block = min(triton.next_power_of_2(size), 2048)
     _silu_and_mul_kernel[(tokens, triton.cdiv(size, block))](gate_up, out, gate_up.stride(0), SIZE=size, BLOCK=block,
-                                                             USE_PDL=use_pdl(gate_up), num_warps=4,
-                                                             launch_pdl=use_pdl(gate_up))
+                                                             num_warps=4, **pdl_launch_options(gate_up))
     return out

@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .pdl import let_next_kernel_launch, use_pdl, wait_previous_kernel
+from .pdl import let_next_kernel_launch, pdl_launch_options, wait_previous_kernel
 
 PROLOGUES = {"none": 0, "rms_norm": 1, "silu_and_mul": 2}
 
@@ -143,6 +143,6 @@ def small_batch_linear(
         norm_weight if norm_weight is not None else weight, weight, bias if bias is not None else weight, out,
         n, x.stride(0), residual.stride(0) if residual is not None else 0, eps,
         K=k, PROLOGUE=code, HAS_RESIDUAL=residual is not None, HAS_BIAS=bias is not None,
-        BLOCK_N=block_n, BLOCK_K=block_k, USE_PDL=use_pdl(x), num_warps=4, launch_pdl=use_pdl(x),
+        BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4, **pdl_launch_options(x),
     )
     return out, residual_out

@@ -12,7 +12,7 @@ previous kernel.
 
 Every kernel launched this way waits before it exits, so "kernel N finished" still implies
 "everything before kernel N finished": the ordering of the stream is kept, only the gaps shrink.
-Kernels call both helpers with a constexpr flag, which is False on GPUs before Hopper and in
+Kernels call both helpers with a constexpr flag (`pdl_launch_options` passes it with the launch), which is False on GPUs before Hopper and in
 Triton's CPU interpreter (which has no inline assembly).
 """
 
@@ -44,6 +44,13 @@ def use_pdl(x: torch.Tensor) -> bool:
     if os.environ.get("TRITON_INTERPRET") == "1" or os.environ.get("MINISGL_DISABLE_PDL") == "1":
         return False
     return _device_supports_pdl(x.device.index if x.device.index is not None else torch.cuda.current_device())
+
+
+def pdl_launch_options(x: torch.Tensor) -> dict[str, bool]:
+    """Keyword arguments for a launch: the kernel's USE_PDL constexpr and Triton's launch_pdl
+    option, decided once so that they always agree."""
+    enabled = use_pdl(x)
+    return {"USE_PDL": enabled, "launch_pdl": enabled}
 
 
 @triton.jit

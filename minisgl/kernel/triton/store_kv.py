@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .pdl import let_next_kernel_launch, use_pdl, wait_previous_kernel
+from .pdl import let_next_kernel_launch, pdl_launch_options, wait_previous_kernel
 
 
 @triton.jit
@@ -63,5 +63,5 @@ def store_kv(
     grid = (num_tokens, triton.cdiv(row, block))
     _store_kv_kernel[grid](
         k, v, k_cache, v_cache, slots, k.stride(0), v.stride(0), k_cache.stride(0), ROW=row, BLOCK=block,
-        USE_PDL=use_pdl(k), launch_pdl=use_pdl(k),
+        **pdl_launch_options(k),
     )
