@@ -13,7 +13,7 @@ class EngineConfig:
     model_path: Path
     tp_info: DistributedInfo = field(default_factory=lambda: DistributedInfo(0, 1))
     device: str = "cpu"  # "cpu" or "cuda"; rank r of a CUDA run uses cuda:{r % device_count}
-    dtype: str = "auto"  # auto: bf16 on CUDA and on CPUs with native bf16, else fp32
+    dtype: str = "auto"  # auto: bf16 on CUDA; on a CPU, what a start-up probe finds fastest (precision.py)
     page_size: int = 1
     num_pages: int | None = None  # KV pages; None sizes the pool from kv_memory_gb / free memory
     kv_memory_gb: float | None = None
@@ -22,6 +22,10 @@ class EngineConfig:
     dist_init_addr: str = "tcp://127.0.0.1:0"  # the launcher fills a free port for tp > 1
     dist_timeout_s: float = 600.0
     load_format: str = "safetensors"  # or "dummy": random weights from config.json alone
+    quantization: str = "auto"  # "gguf": 4-bit linear weights from the checkpoint's GGUF file (CPU);
+    # "none"; auto: gguf when dtype is auto, a GGUF is there, and the probe finds it faster
+    max_int4_rows: int | None = None  # with gguf: batches up to this many rows take the int4 kernel,
+    # larger ones dense weights; None: the probe's crossover
     seed: int = 0
     progress: bool = True  # tqdm bar while loading weights (rank 0 only)
     max_running_requests: int = 64  # requests decoded together; sizes the device page table too

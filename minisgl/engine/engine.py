@@ -28,6 +28,7 @@ from minisgl.models.weight import load_dummy_weights, load_weights
 from .config import EngineConfig
 from .cuda_graph import CudaGraphRunner
 from .placeholders import resolve_placeholders
+from .precision import resolve_precision
 from .sampler import sample
 
 logger = logging.getLogger(__name__)
@@ -51,14 +52,14 @@ class TokenFuture:
 
 class Engine:
     def __init__(self, config: EngineConfig) -> None:
-        self.config = config
-        self.model_path = Path(config.model_path)
         tp = config.tp_info
         set_tp_info(tp.rank, tp.size)  # first: every layer constructor reads it
+        self.model_path = Path(config.model_path)
         self.model_config = ModelConfig.from_dir(self.model_path)
         self.model_config.check_tp_size(tp.size)
         self.device = _bind_device(config)
-        self.dtype = resolve_dtype(config.dtype, self.device)
+        self.config = config = resolve_precision(config)  # "auto" measured here, unless the launcher did
+        self.dtype = resolve_dtype(config.dtype)
         self.dist_backend = resolve_dist_backend(config.dist_backend, self.device, tp.size)
         self.cpu_group = self._init_communication()
 
@@ -113,11 +114,12 @@ class Engine:
             return
         loaded = load_weights(
             self.model_path, self.model_config, tp.rank, tp.size, self.dtype, self.device,
-            progress=self.config.progress and tp.rank == 0,
+            progress=self.config.progress and tp.rank == 0, quantization=self.config.quantization,
+            max_int4_rows=self.config.max_int4_rows,
         )
         for name, tensor in loaded:
             self.model.set_weight(name, tensor)
-        still_empty = [name for name, t in self.model.state_dict().items() if t.is_meta]
+        still_empty = [name for name, w in self.model.state_dict().items() if isinstance(w, torch.Tensor) and w.is_meta]
         if still_empty:
             raise ValueError(f"checkpoint has no tensor for {still_empty[:3]}")
 
@@ -231,13 +233,8 @@ class Engine:
         destroy_distributed()
 
 
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """`auto` is bf16 on CUDA and on CPUs with native bf16 math; fp32 elsewhere (an AVX2-only CPU
-    runs a bf16 matmul about 100x slower than fp32)."""
-    if name == "auto":
-        if device.type == "cuda" or _cpu_has_fast_bf16():
-            return torch.bfloat16
-        return torch.float32
+def resolve_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a dtype name ("auto" is resolved before, by `resolve_precision`)."""
     dtypes = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
               "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
     if name not in dtypes:
@@ -258,15 +255,6 @@ def resolve_dist_backend(name: str, device: torch.device, tp_size: int) -> str:
         where = "a CPU" if device.type != "cuda" else f"{torch.cuda.device_count()} GPU(s) for {tp_size} ranks"
         raise ValueError(f"dist backend {name!r} needs one GPU per rank, got {where}; use --dist-backend gloo")
     return name
-
-
-def _cpu_has_fast_bf16() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
 def _bind_device(config: EngineConfig) -> torch.device:

@@ -22,8 +22,9 @@ from minisgl.distributed import all_reduce, get_tp_info
 from minisgl.kernel import use_small_batch_kernel
 
 from .activation import silu_and_mul
-from .base import BaseOP
+from .base import BaseOP, Weight
 from .norm import RMSNorm
+from .quantized import PackedInt4Weight
 
 
 def divide(total: int, parts: int, what: str) -> int:
@@ -152,8 +153,12 @@ class RowParallelLinear(_LinearBase):
         return output if self.bias is None else output + self.bias
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ weight.T + bias: the small-batch GEMV kernel on CUDA decode batches, else F.linear."""
+def linear(x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ weight.T + bias: the small-batch GEMV kernel on CUDA decode batches, the int4 kernel for a
+    quantized weight (CPU, quantized.py), else F.linear."""
+    if isinstance(weight, PackedInt4Weight):
+        y = weight.matmul(x)
+        return y if bias is None else y + bias
     if use_small_batch_kernel(x):
         from minisgl.kernel.triton.linear import small_batch_linear
 

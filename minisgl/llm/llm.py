@@ -12,6 +12,7 @@ from transformers import AutoTokenizer
 
 from minisgl.core import SamplingParams
 from minisgl.distributed import DistributedInfo
+from minisgl.engine.precision import resolve_precision
 from minisgl.message import GenerateRequest, TokenOutput
 from minisgl.models.config import ModelConfig
 from minisgl.scheduler import SchedulerConfig
@@ -50,6 +51,8 @@ class LLM:
         config = SchedulerConfig(
             model_path=self.model_path, tp_info=DistributedInfo(0, tp_size), device=device, dtype=dtype, **engine_args
         )
+        config = resolve_precision(config)  # "auto" measured once here, so every rank gets the same answer
+        self.dtype, self.quantization = config.dtype, config.quantization
         self._backend = InProcessBackend(config) if tp_size == 1 else MultiProcessBackend(config)
         self._uids = itertools.count()
 

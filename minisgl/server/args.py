@@ -18,6 +18,7 @@ import torch
 from minisgl.attention.base import BACKENDS, resolve_attention_backend
 from minisgl.distributed import DistributedInfo
 from minisgl.engine.engine import resolve_dist_backend
+from minisgl.engine.precision import resolve_precision
 from minisgl.models.config import ModelConfig
 from minisgl.scheduler import SchedulerConfig
 
@@ -65,7 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--load-format", default=defaults.load_format, choices=["safetensors", "dummy"],
                        help="dummy = random weights from config.json alone (benchmarks; the tokenizer is still read)")
     model.add_argument("--dtype", default=defaults.dtype, choices=["auto", "float32", "bfloat16", "float16"],
-                       help="weights and KV dtype; auto = bfloat16 on CUDA and bf16-capable CPUs, else float32")
+                       help="weights and KV dtype; auto = bfloat16 on CUDA, on a CPU what a start-up probe "
+                            "(cached per CPU) measures fastest")
+    model.add_argument("--quantization", default=defaults.quantization, choices=["auto", "none", "gguf"],
+                       help="gguf = 4-bit linear weights from the *.gguf file next to the checkpoint (CPU; the "
+                            "embedded model has one); auto = gguf when --dtype is auto and the probe finds it faster")
 
     parallel = parser.add_argument_group("processes and devices")
     parallel.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1, metavar="N",
@@ -134,6 +139,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         tp_info=DistributedInfo(0, ns.tp_size),
         device=device,
         dtype=ns.dtype,
+        quantization=ns.quantization,
         page_size=ns.page_size,
         num_pages=ns.num_pages,
         kv_memory_gb=ns.kv_memory_gb,
@@ -190,8 +196,12 @@ def check_args(args: ServerArgs) -> ServerArgs:
     model_config = ModelConfig.from_dir(config.model_path)  # a missing or foreign dir fails here
     model_config.check_tp_size(config.tp_info.size)  # "tp_size=2 does not divide ...; valid tp sizes: 1, 3"
     check_tp_fits_machine(config.tp_info.size, config.device)
+    try:  # dtype / quantization "auto" measured once here, so every rank gets the same answer
+        config = resolve_precision(config)
+    except ValueError as error:
+        raise ArgsError(str(error)) from None
     name = args.served_model_name or config.model_path.resolve().name
-    return dataclasses.replace(args, served_model_name=name)
+    return dataclasses.replace(args, scheduler=config, served_model_name=name)
 
 
 def bind_http_socket(host: str, port: int) -> socket.socket:

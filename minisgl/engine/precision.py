@@ -1,0 +1,232 @@
+"""`dtype="auto"` and `quantization="auto"` by measurement (chapter 04, "Which format is fastest
+here"): CPUs differ too much to guess (an AVX2 laptop computes bf16 slower than fp32, an AMX Xeon
+many times faster), so a short probe times the matmuls of one decode step at this model's real
+shapes, as fp32 and bf16 dense weights and as 4-bit weights, at a few batch sizes, and the engine
+takes the winner. The probe runs once per CPU model, torch version, thread count and model shape;
+its result is cached under the minisgl cache dir, and `python -m minisgl.check_env` prints it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from minisgl.layers import local_kv_heads, vocab_shard_size
+from minisgl.layers.linear import linear
+from minisgl.layers.quantized import Int4Weight, PackedInt4Weight
+from minisgl.models.config import ModelConfig
+from minisgl.models.default_model import minisgl_cache_dir
+from minisgl.models.gguf_weights import find_model_gguf
+
+from .config import EngineConfig
+
+PROBE_ROWS = (1, 2, 4, 8, 16, 32)  # batch sizes (rows per matmul) the probe times
+SCORE_ROWS = (1, 32)  # a single chat and a busy batch weigh equally in the choice
+PROBE_BYTES = 64 << 20  # fp32 layer weights the probe streams per pass: more than most CPU caches hold
+SAMPLES = 3  # the median of 3 passes, so one noisy pass (another process waking up) cannot decide
+GIVE_UP_FACTOR = 3.0  # one pass this much slower than the best variant so far is enough to rule it out
+DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+PROBE_VERSION = 1  # bump when the measurement changes, so old cached results are not reused
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The resolved choice: weights and activations in `dtype`; with quantization "gguf", 4-bit
+    linear weights for batches of at most `max_int4_rows` rows (None: every batch)."""
+
+    dtype: str
+    quantization: str
+    max_int4_rows: int | None
+    why: str
+
+
+@dataclass
+class ProbeResult:
+    key: dict[str, str | int]
+    ms: dict[str, dict[int, float]]  # variant -> rows -> ms per decode step (all layers' linears)
+    head_ms: dict[str, dict[int, float]]  # dtype -> rows -> ms of the LM head matmul
+
+    def step_ms(self, dtype: str, int4_rows: int | None, rows: int) -> float:
+        linears = self.ms["int4"][rows] if int4_rows is not None and rows <= int4_rows else self.ms[dtype][rows]
+        return linears + self.head_ms[dtype][rows]
+
+
+def resolve_precision(config: EngineConfig) -> EngineConfig:
+    """`config` with explicit dtype, quantization and max_int4_rows ("auto" measured on a CPU)."""
+    device = "cuda" if config.device == "cuda" else "cpu"
+    quantization = config.quantization
+    if quantization not in ("auto", "none", "gguf"):
+        raise ValueError(f"unknown quantization {quantization!r}; use auto, none or gguf")
+    if quantization == "gguf" and device != "cpu":
+        raise ValueError("--quantization gguf runs on the CPU only (PyTorch's int4 CPU kernel); use none on CUDA")
+    if quantization == "gguf" and config.load_format == "dummy":
+        raise ValueError("--load-format dummy has no GGUF to quantize from; use --quantization none")
+    if device == "cuda" or (config.dtype != "auto" and quantization != "gguf"):
+        dtype = "bfloat16" if config.dtype == "auto" else config.dtype
+        return dataclasses.replace(config, dtype=dtype, quantization="none", max_int4_rows=None)
+    if quantization == "gguf" and config.dtype != "auto" and config.max_int4_rows is not None:
+        return config  # nothing left to measure
+    has_gguf = config.load_format != "dummy" and find_model_gguf(Path(config.model_path)) is not None
+    if quantization == "gguf" and not has_gguf:
+        raise ValueError(f"--quantization gguf reads a *.gguf file next to the checkpoint, and "
+                         f"'{config.model_path}' has none; use --quantization none")
+    model = ModelConfig.from_dir(config.model_path)
+    threads = max(1, (os.cpu_count() or 1) // config.tp_info.size)  # what each rank will run with
+    choice = choose_precision(cached_probe(model, config.tp_info.size, threads),
+                              dtype=None if config.dtype == "auto" else config.dtype,
+                              allow_int4=has_gguf and quantization != "none")
+    if quantization == "gguf" and choice.quantization != "gguf":  # asked for: use it where it is fastest
+        choice = dataclasses.replace(choice, quantization="gguf", max_int4_rows=1)
+    max_rows = config.max_int4_rows if config.max_int4_rows is not None else choice.max_int4_rows
+    return dataclasses.replace(config, dtype=choice.dtype, quantization=choice.quantization, max_int4_rows=max_rows)
+
+
+def choose_precision(probe: ProbeResult, dtype: str | None = None, allow_int4: bool = True) -> Precision:
+    """The variant whose decode step is fastest on geometric average over `SCORE_ROWS`, each batch
+    size measured relative to its best variant. 4-bit weights serve the batch sizes where they beat
+    the dense weights (few rows: memory-bound), dense weights the rest (compute-bound)."""
+    candidates: list[tuple[str, int | None]] = []
+    for name in [dtype] if dtype else list(DTYPE_NAMES):
+        candidates.append((name, None))
+        int4_rows = [rows for rows in PROBE_ROWS if probe.ms["int4"][rows] < probe.ms[name][rows]]
+        if allow_int4 and int4_rows and int4_rows[0] == 1:
+            wins_up_to = max(r for i, r in enumerate(PROBE_ROWS) if PROBE_ROWS[: i + 1] == tuple(int4_rows[: i + 1]))
+            candidates.append((name, wins_up_to))
+    best = {rows: min(probe.step_ms(n, r, rows) for n, r in candidates) for rows in SCORE_ROWS}
+
+    def score(candidate: tuple[str, int | None]) -> float:
+        ratios = [probe.step_ms(*candidate, rows) / best[rows] for rows in SCORE_ROWS]
+        return math.prod(ratios) ** (1 / len(ratios))
+
+    name, int4_rows = min(candidates, key=score)  # ties keep the first: dense fp32 before the rest
+    steps = ", ".join(f"{n}{'' if r is None else f'+int4<={r}'} "
+                      + "/".join(f"{probe.step_ms(n, r, rows):.1f}" for rows in SCORE_ROWS)
+                      for n, r in candidates)
+    why = f"ms per decode step at batch {'/'.join(map(str, SCORE_ROWS))}: {steps}"
+    return Precision(name, "none" if int4_rows is None else "gguf", int4_rows, why)
+
+
+def describe(precision: Precision) -> str:
+    """One line for check_env and the logs: what `auto` picked."""
+    if precision.quantization == "none":
+        return f"{precision.dtype} weights"
+    return f"{precision.dtype} weights, 4-bit GGUF weights for batches of <= {precision.max_int4_rows} rows"
+
+
+def probe_key(model: ModelConfig, tp_size: int, threads: int) -> dict[str, str | int]:
+    return {"cpu": cpu_name(), "torch": torch.__version__, "threads": threads, "tp": tp_size,
+            "shape": f"{model.num_layers}x{model.hidden_size}x{model.intermediate_size}x{model.num_heads}x"
+                     f"{model.num_kv_heads}x{model.head_dim}x{model.vocab_size}", "version": PROBE_VERSION}
+
+
+def cached_probe(model: ModelConfig, tp_size: int, threads: int) -> ProbeResult:
+    """The probe for this machine and model shape: from the cache, or measured now and cached."""
+    key = probe_key(model, tp_size, threads)
+    path = minisgl_cache_dir() / "probe" / (_slug(key) + ".json")
+    if path.is_file():
+        try:
+            raw = json.loads(path.read_text())
+            if raw["key"] == key:
+                return ProbeResult(key, _int_keys(raw["ms"]), _int_keys(raw["head_ms"]))
+        except (ValueError, KeyError):
+            pass  # a damaged cache file is measured again and overwritten
+    result = run_probe(model, tp_size, threads)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_suffix(f".{os.getpid()}.tmp")
+    scratch.write_text(json.dumps(dataclasses.asdict(result), indent=1))
+    scratch.replace(path)  # atomic: ranks or processes reading meanwhile see a whole file
+    return result
+
+
+def run_probe(model: ModelConfig, tp_size: int, threads: int) -> ProbeResult:
+    """Time one decode step's matmuls (one rank's shards) on random weights; a few seconds."""
+    shapes = rank_linear_shapes(model, tp_size)  # [(out, in)] of one layer
+    layer_bytes = 4 * sum(out * inp for out, inp in shapes)
+    num_probe_layers = max(1, min(model.num_layers, math.ceil(PROBE_BYTES / layer_bytes)))
+    scale = model.num_layers / num_probe_layers  # the probe runs fewer layers than the model has
+    head_shape = (vocab_shard_size(model.vocab_size, tp_size), model.hidden_size)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    generator = torch.Generator().manual_seed(0)
+    try:
+        ms: dict[str, dict[int, float]] = {}
+        head_ms: dict[str, dict[int, float]] = {}
+        for name, dtype in DTYPE_NAMES.items():
+            weights = [torch.randn(s, generator=generator).to(dtype) for s in shapes * num_probe_layers]
+            ms[name] = _time_rows(weights, dtype, ms, scale)
+            head_ms[name] = _time_rows([torch.randn(head_shape, generator=generator).to(dtype)], dtype, head_ms, 1.0)
+            del weights
+        packed = [_random_int4(s, generator) for s in shapes * num_probe_layers]
+        ms["int4"] = _time_rows(packed, torch.float32, ms, scale)
+    finally:
+        torch.set_num_threads(previous_threads)
+    return ProbeResult(probe_key(model, tp_size, threads), ms, head_ms)
+
+
+def rank_linear_shapes(model: ModelConfig, tp_size: int) -> list[tuple[int, int]]:
+    """(out, in) of one layer's qkv_proj, o_proj, gate_up_proj and down_proj on one rank."""
+    q_size = model.num_heads // tp_size * model.head_dim
+    kv_size = local_kv_heads(model.num_kv_heads, tp_size) * model.head_dim
+    local_ffn = model.intermediate_size // tp_size
+    return [(q_size + 2 * kv_size, model.hidden_size), (model.hidden_size, q_size),
+            (2 * local_ffn, model.hidden_size), (model.hidden_size, local_ffn)]
+
+
+def _random_int4(shape: tuple[int, int], generator: torch.Generator) -> PackedInt4Weight:
+    out_features, in_features = shape
+    groups = in_features // 32
+    codes = torch.randint(0, 16, shape, generator=generator, dtype=torch.uint8)
+    weight = Int4Weight(codes, torch.rand(out_features, groups, generator=generator) * 0.01,
+                        torch.rand(out_features, groups, generator=generator) * -0.05, 32)
+    return weight.pack(torch.float32, None)
+
+
+def _time_rows(weights: list, dtype: torch.dtype, others: dict[str, dict[int, float]],
+               scale: float) -> dict[int, float]:
+    """Median ms of multiplying a batch by every weight, per batch size in PROBE_ROWS, times `scale`.
+    The first pass is a warm-up (first-call allocations), unless it is already `GIVE_UP_FACTOR`
+    times slower than the best of `others`: then that one pass is the result."""
+    result: dict[int, float] = {}
+    for rows in PROBE_ROWS:
+        inputs = {w.shape[1]: torch.randn(rows, w.shape[1]).to(dtype) for w in weights}  # by in_features
+        best_other = min((times[rows] for times in others.values() if rows in times), default=math.inf)
+        samples = []
+        for _ in range(SAMPLES + 1):
+            start = time.perf_counter()
+            for w in weights:
+                linear(inputs[w.shape[1]], w)
+            samples.append((time.perf_counter() - start) * 1e3 * scale)
+            if samples[0] > GIVE_UP_FACTOR * best_other:
+                break
+        result[rows] = statistics.median(samples[1:] or samples)
+    return result
+
+
+def cpu_name() -> str:
+    """The CPU's model name (e.g. "AMD EPYC 7763 64-Core Processor"), the probe cache's key."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _slug(key: dict[str, str | int]) -> str:
+    text = "-".join(str(v) for v in key.values())
+    return "".join(c if c.isalnum() or c in ".-" else "_" for c in text)[:200]
+
+
+def _int_keys(table: dict[str, dict[str, float]]) -> dict[str, dict[int, float]]:
+    return {name: {int(rows): ms for rows, ms in times.items()} for name, times in table.items()}
