@@ -26,6 +26,7 @@ class EngineConfig:
     # "none"; auto: gguf when dtype is auto, a GGUF is there, and the probe finds it faster
     max_int4_rows: int | None = None  # with gguf: batches up to this many rows take the int4 kernel,
     # larger ones dense weights; None: the probe's crossover
+    deterministic: bool = False  # batch-invariant: a request's tokens never depend on its batch (CPU)
     seed: int = 0
     progress: bool = True  # tqdm bar while loading weights (rank 0 only)
     max_running_requests: int = 64  # requests decoded together; sizes the device page table too

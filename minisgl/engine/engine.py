@@ -21,6 +21,7 @@ from minisgl.core import Batch, Req, forward_context
 from minisgl.distributed import destroy_distributed, enable_pynccl, enable_torch_distributed, set_tp_info
 from minisgl.kvcache import KVCachePool
 from minisgl.layers import local_kv_heads
+from minisgl.layers.batch_invariant import set_batch_invariant
 from minisgl.models.config import ModelConfig
 from minisgl.models.registry import create_model
 from minisgl.models.weight import load_dummy_weights, load_weights
@@ -60,6 +61,7 @@ class Engine:
         self.device = _bind_device(config)
         self.config = config = resolve_precision(config)  # "auto" measured here, unless the launcher did
         self.dtype = resolve_dtype(config.dtype)
+        set_batch_invariant(config.deterministic)
         self.dist_backend = resolve_dist_backend(config.dist_backend, self.device, tp.size)
         self.cpu_group = self._init_communication()
 
@@ -79,7 +81,7 @@ class Engine:
         self.attn_backend = create_attention_backend(
             config.attention_backend, self.kv_pool, self.device,
             self.model_config.max_position_embeddings, config.max_running_requests,
-            local_q_heads=self.model_config.num_heads // tp.size,
+            local_q_heads=self.model_config.num_heads // tp.size, batch_invariant=config.deterministic,
         )
         self.overlap = config.overlap_schedule if config.overlap_schedule is not None else self.device.type == "cuda"
         # the last step's greedy tokens, which fill the next step's placeholders (placeholders.py)

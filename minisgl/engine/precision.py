@@ -70,6 +70,18 @@ def resolve_precision(config: EngineConfig) -> EngineConfig:
         raise ValueError("--quantization gguf runs on the CPU only (PyTorch's int4 CPU kernel); use none on CUDA")
     if quantization == "gguf" and config.load_format == "dummy":
         raise ValueError("--load-format dummy has no GGUF to quantize from; use --quantization none")
+    if config.deterministic and device != "cpu":
+        raise ValueError("--deterministic is implemented for the CPU (fixed-tile torch kernels); drop it on CUDA")
+    config = _resolve(config, device, quantization)
+    if config.deterministic and config.quantization == "gguf":
+        # the int4 kernel computes each row on its own, whatever the batch: keep it for every batch,
+        # since switching to the dense copy above max_int4_rows would depend on the batch size
+        config = dataclasses.replace(config, max_int4_rows=None)
+    return config
+
+
+def _resolve(config: EngineConfig, device: str, quantization: str) -> EngineConfig:
+    """The choice itself: explicit values pass, "auto" asks the (cached) probe."""
     if device == "cuda" or (config.dtype != "auto" and quantization != "gguf"):
         dtype = "bfloat16" if config.dtype == "auto" else config.dtype
         return dataclasses.replace(config, dtype=dtype, quantization="none", max_int4_rows=None)

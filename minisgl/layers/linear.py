@@ -23,6 +23,7 @@ from minisgl.kernel import use_small_batch_kernel
 
 from .activation import silu_and_mul
 from .base import BaseOP, Weight
+from .batch_invariant import batch_invariant, in_row_tiles
 from .norm import RMSNorm
 from .quantized import PackedInt4Weight
 
@@ -163,4 +164,6 @@ def linear(x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None) ->
         from minisgl.kernel.triton.linear import small_batch_linear
 
         return small_batch_linear(x, weight, bias)[0]
+    if batch_invariant():  # --deterministic: every row through a call of the same shape
+        return in_row_tiles(x, lambda tile: F.linear(tile, weight, bias))
     return F.linear(x, weight, bias)

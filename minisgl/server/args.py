@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--dtype", default=defaults.dtype, choices=["auto", "float32", "bfloat16", "float16"],
                        help="weights and KV dtype; auto = bfloat16 on CUDA, on a CPU what a start-up probe "
                             "(cached per CPU) measures fastest")
+    model.add_argument("--deterministic", action="store_true",
+                       help="batch-invariant: a request's tokens never depend on the other requests in its batch "
+                            "(CPU; fixed-shape matmul tiles, slower)")
     model.add_argument("--quantization", default=defaults.quantization, choices=["auto", "none", "gguf"],
                        help="gguf = 4-bit linear weights from the *.gguf file next to the checkpoint (CPU; the "
                             "embedded model has one); auto = gguf when --dtype is auto and the probe finds it faster")
@@ -140,6 +143,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         device=device,
         dtype=ns.dtype,
         quantization=ns.quantization,
+        deterministic=ns.deterministic,
         page_size=ns.page_size,
         num_pages=ns.num_pages,
         kv_memory_gb=ns.kv_memory_gb,
