@@ -51,9 +51,9 @@ class LLM:
         config = SchedulerConfig(
             model_path=self.model_path, tp_info=DistributedInfo(0, tp_size), device=device, dtype=dtype, **engine_args
         )
-        config = resolve_precision(config)  # "auto" measured once here, so every rank gets the same answer
-        self.dtype, self.quantization = config.dtype, config.quantization
-        self._backend = InProcessBackend(config) if tp_size == 1 else MultiProcessBackend(config)
+        # dtype / quantization "auto" measured once here, so every rank gets the same answer
+        self.config = resolve_precision(config)
+        self._backend = InProcessBackend(self.config) if tp_size == 1 else MultiProcessBackend(self.config)
         self._uids = itertools.count()
 
     def generate(
