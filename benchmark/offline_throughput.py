@@ -163,7 +163,8 @@ def report(results: list[Result], machine: Machine, flops: int, dtype_of: dict[s
         ratio = f"{r.tok_s / baseline[r.batch]:.2f}x" if r.batch in baseline else "-"
         if r.batch == 1:
             floor = machine.read_gbs * 1e9 / r.bytes_per_step  # tok/s if only the weight reads took time
-            share = f"{r.tok_s / floor:5.1%} of bandwidth floor ({floor:.0f} tok/s, {r.bytes_per_step / 1e6:.0f} MB/step)"
+            megabytes = r.bytes_per_step / 1e6
+            share = f"{r.tok_s / floor:5.1%} of bandwidth floor ({floor:.0f} tok/s, {megabytes:.0f} MB/step)"
         else:
             dtype = dtype_of.get(r.weights, "float32")
             peak = machine.peak_gflops[dtype]
@@ -189,7 +190,7 @@ def main() -> None:
     print(f"model {model_dir.name}, {args.threads} threads, load average {load:.1f}, "
           + (f"up to {args.new_tokens} tokens, stop at EOS" if args.until_eos else f"{args.new_tokens} new tokens"))
     print(f"machine: {torch.backends.cpu.get_cpu_capability()}, read {machine.read_gbs:.1f} GB/s, matmul peak "
-          + ", ".join(f"{d} {g:.0f} GFLOP/s" for d, g in machine.peak_gflops.items()))
+          + ", ".join(f"{d} {g:.1f} GFLOP/s" for d, g in machine.peak_gflops.items()))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompts = {batch: make_prompts(tokenizer, batch, seed=batch) for batch in args.batch_sizes}
     results: list[Result] = []

@@ -55,8 +55,9 @@ class BatchInvariantAttentionBackend:
                 positions[:count] = torch.arange(prefix + first, prefix + first + count)
                 tiles.append((rows, positions, slots))
             start += extend
-        empty = (torch.zeros(Q_TILE, dtype=torch.int64), torch.full((Q_TILE,), -1), torch.zeros(num_keys, dtype=torch.int64))
-        tiles += [empty] * (-len(tiles) % TILE_GROUP)
+        no_rows = torch.zeros(Q_TILE, dtype=torch.int64)
+        empty = (no_rows, torch.full((Q_TILE,), -1), torch.zeros(num_keys, dtype=torch.int64))
+        tiles += [empty] * (-len(tiles) % TILE_GROUP)  # whole groups: every matmul has the same shape
         rows, positions, slots = (torch.stack(parts).view(-1, TILE_GROUP, *parts[0].shape) for parts in zip(*tiles))
         device = batch.input_ids.device
         batch.attn_metadata = BatchInvariantMetadata(
@@ -79,8 +80,12 @@ class BatchInvariantAttentionBackend:
             out[rows[valid]] = attended.reshape(TILE_GROUP, Q_TILE, num_heads, head_dim)[valid].to(q.dtype)
         return out
 
-    def _attend(self, queries: torch.Tensor, query_pos: torch.Tensor, slots: torch.Tensor, layer_id: int) -> torch.Tensor:
-        """Online softmax over the key blocks, in position order; fixed shapes throughout."""
+    def _attend(
+        self, queries: torch.Tensor, query_pos: torch.Tensor, slots: torch.Tensor, layer_id: int
+    ) -> torch.Tensor:
+        """Online softmax over the key blocks, in position order; fixed shapes throughout.
+        queries [TILE_GROUP, kv_heads, rows, d] fp32 (scaled), query_pos [TILE_GROUP, 1, rows, 1],
+        slots [TILE_GROUP, num_keys] -> [TILE_GROUP, kv_heads, rows, d]."""
         tiles, kv_heads, rows, head_dim = queries.shape
         running_max = torch.full((tiles, kv_heads, rows, 1), -math.inf, device=queries.device)
         running_sum = torch.zeros_like(running_max)

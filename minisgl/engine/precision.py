@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
 import platform
@@ -36,6 +37,8 @@ SAMPLES = 3  # the median of 3 passes, so one noisy pass (another process waking
 GIVE_UP_FACTOR = 3.0  # one pass this much slower than the best variant so far is enough to rule it out
 DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 PROBE_VERSION = 1  # bump when the measurement changes, so old cached results are not reused
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,7 @@ def _resolve(config: EngineConfig, device: str, quantization: str) -> EngineConf
     choice = choose_precision(cached_probe(model, config.tp_info.size, threads),
                               dtype=None if config.dtype == "auto" else config.dtype,
                               allow_int4=has_gguf and quantization != "none")
+    logger.info("dtype %s on this CPU: %s (%s)", config.dtype, describe(choice), choice.why)
     if quantization == "gguf" and choice.quantization != "gguf":  # asked for: use it where it is fastest
         choice = dataclasses.replace(choice, quantization="gguf", max_int4_rows=1)
     max_rows = config.max_int4_rows if config.max_int4_rows is not None else choice.max_int4_rows
@@ -109,9 +113,12 @@ def choose_precision(probe: ProbeResult, dtype: str | None = None, allow_int4: b
     candidates: list[tuple[str, int | None]] = []
     for name in [dtype] if dtype else list(DTYPE_NAMES):
         candidates.append((name, None))
-        int4_rows = [rows for rows in PROBE_ROWS if probe.ms["int4"][rows] < probe.ms[name][rows]]
-        if allow_int4 and int4_rows and int4_rows[0] == 1:
-            wins_up_to = max(r for i, r in enumerate(PROBE_ROWS) if PROBE_ROWS[: i + 1] == tuple(int4_rows[: i + 1]))
+        wins_up_to = None  # the int4 kernel serves batches up to the first size where it loses
+        for rows in PROBE_ROWS:
+            if probe.ms["int4"][rows] >= probe.ms[name][rows]:
+                break
+            wins_up_to = rows
+        if allow_int4 and wins_up_to is not None:
             candidates.append((name, wins_up_to))
     best = {rows: min(probe.step_ms(n, r, rows) for n, r in candidates) for rows in SCORE_ROWS}
 
@@ -177,8 +184,11 @@ def run_probe(model: ModelConfig, tp_size: int, threads: int) -> ProbeResult:
             ms[name] = _time_rows(weights, dtype, ms, scale)
             head_ms[name] = _time_rows([torch.randn(head_shape, generator=generator).to(dtype)], dtype, head_ms, 1.0)
             del weights
-        packed = [_random_int4(s, generator) for s in shapes * num_probe_layers]
-        ms["int4"] = _time_rows(packed, torch.float32, ms, scale)
+        try:
+            packed = [_random_int4(s, generator) for s in shapes * num_probe_layers]
+            ms["int4"] = _time_rows(packed, torch.float32, ms, scale)
+        except ValueError:  # shapes the int4 kernel cannot take (its error says which): never picked
+            ms["int4"] = {rows: math.inf for rows in PROBE_ROWS}
     finally:
         torch.set_num_threads(previous_threads)
     return ProbeResult(probe_key(model, tp_size, threads), ms, head_ms)
@@ -195,7 +205,7 @@ def rank_linear_shapes(model: ModelConfig, tp_size: int) -> list[tuple[int, int]
 
 def _random_int4(shape: tuple[int, int], generator: torch.Generator) -> PackedInt4Weight:
     out_features, in_features = shape
-    groups = in_features // 32
+    groups = max(1, in_features // 32)  # a partial group makes pack() refuse the shape, as it would the model
     codes = torch.randint(0, 16, shape, generator=generator, dtype=torch.uint8)
     weight = Int4Weight(codes, torch.rand(out_features, groups, generator=generator) * 0.01,
                         torch.rand(out_features, groups, generator=generator) * -0.05, 32)

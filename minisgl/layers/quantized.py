@@ -87,7 +87,9 @@ class Int4Weight:
         """The kernel's form, plus a dense copy in `dtype` for batches above `max_int4_rows` rows
         (None: the int4 kernel takes every batch, no dense copy). Fails with the reason when the
         kernel cannot take this shape."""
-        out_features, _ = self.shape
+        out_features, in_features = self.shape
+        if in_features % self.group_size:
+            raise ValueError(f"{in_features} inputs are not whole groups of {self.group_size}; use --quantization none")
         if self.group_size not in KERNEL_GROUP_SIZES:
             raise ValueError(f"the int4 CPU kernel takes groups of {KERNEL_GROUP_SIZES} inputs, "
                              f"not {self.group_size}; use --quantization none")
