@@ -8,9 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
+
+if TYPE_CHECKING:
+    from minisgl.attention import AttentionBackend
 
 
 @dataclass
@@ -96,14 +99,14 @@ class ForwardContext:
     """The batch being computed and the attention backend that computes its attention."""
 
     batch: Batch
-    attn_backend: Any
+    attn_backend: AttentionBackend
 
 
 _CTX: ForwardContext | None = None
 
 
 @contextmanager
-def forward_context(batch: Batch, attn_backend: Any) -> Iterator[ForwardContext]:
+def forward_context(batch: Batch, attn_backend: AttentionBackend) -> Iterator[ForwardContext]:
     global _CTX
     _CTX = ForwardContext(batch, attn_backend)
     try:

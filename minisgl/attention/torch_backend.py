@@ -15,6 +15,8 @@ import torch.nn.functional as F
 from minisgl.core import Batch
 from minisgl.kvcache import KVCachePool
 
+from .base import AttentionBackend
+
 
 @dataclass
 class TorchAttentionMetadata:
@@ -24,7 +26,7 @@ class TorchAttentionMetadata:
     mask: torch.Tensor  # [reqs, 1, max_q, max_kv] True where attention is allowed
 
 
-class TorchAttentionBackend:
+class TorchAttentionBackend(AttentionBackend):
     def __init__(self, pool: KVCachePool) -> None:
         self.pool = pool
 

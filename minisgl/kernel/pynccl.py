@@ -21,6 +21,8 @@ import sys
 import torch
 import torch.distributed as dist
 
+from minisgl.distributed.control import broadcast_bytes
+
 NCCL_SUCCESS = 0
 NCCL_SUM = 0
 NCCL_DTYPES = {
@@ -105,9 +107,8 @@ class PyNCCLCommunicator:
         if self.rank == 0:
             self.nccl.check(self.nccl.lib.ncclGetUniqueId(ctypes.byref(unique_id)), "ncclGetUniqueId")
         # the id travels as 128 bytes over gloo: rank 0's bytes land in every rank's struct
-        id_bytes = torch.tensor(bytearray(bytes(unique_id.internal)), dtype=torch.uint8)
-        dist.broadcast(id_bytes, src=dist.get_global_rank(cpu_group, 0), group=cpu_group)
-        ctypes.memmove(ctypes.addressof(unique_id), bytes(id_bytes.tolist()), 128)
+        id_bytes = broadcast_bytes(bytes(unique_id.internal), cpu_group)
+        ctypes.memmove(ctypes.addressof(unique_id), id_bytes, ctypes.sizeof(NcclUniqueId))
         self.comm = ctypes.c_void_p()
         with torch.cuda.device(device):
             self.nccl.check(

@@ -15,7 +15,7 @@ from minisgl.distributed import DistributedInfo
 from minisgl.message import GenerateRequest, TokenOutput
 from minisgl.models.config import ModelConfig
 from minisgl.scheduler import SchedulerConfig
-from minisgl.server.ranks import check_tp_fits_machine
+from minisgl.scheduler.process import check_tp_fits_machine
 
 from .backends import InProcessBackend, MultiProcessBackend
 

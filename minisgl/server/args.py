@@ -20,8 +20,7 @@ from minisgl.distributed import DistributedInfo
 from minisgl.engine.engine import resolve_dist_backend
 from minisgl.models.config import ModelConfig
 from minisgl.scheduler import SchedulerConfig
-
-from .ranks import check_tp_fits_machine
+from minisgl.scheduler.process import check_tp_fits_machine
 
 DEFAULT_PORT = 8000
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from minisgl.distributed import destroy_distributed, enable_torch_distributed, set_tp_info
+from minisgl.distributed import barrier, destroy_distributed, enable_torch_distributed, set_tp_info
 from minisgl.utils import free_port
 
 
@@ -35,7 +35,7 @@ def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, port: int, re
         )
         set_tp_info(rank, world_size)
         enable_torch_distributed(dist.group.WORLD)
-        dist.barrier()  # everyone is in the group before any rank's logic starts
+        barrier(dist.group.WORLD)  # everyone is in the group before any rank's logic starts
         # pickled here: a tensor put on an mp.Queue as-is travels as a shared-memory handle that
         # dies with this process, before the parent may have read it
         results.put((rank, "ok", pickle.dumps(fn(rank, world_size, *args))))

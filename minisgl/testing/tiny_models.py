@@ -23,7 +23,8 @@ from transformers import (
     Qwen3MoeConfig,
 )
 
-from minisgl.models.default_model import building_checkpoint, is_complete_checkpoint, minisgl_cache_dir
+from minisgl.models.default_model import building_checkpoint, is_complete_checkpoint
+from minisgl.utils import minisgl_cache_dir
 
 # Large enough that logits differ clearly between tokens, so greedy output depends on the prompt.
 WEIGHT_STD = 0.2
