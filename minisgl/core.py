@@ -55,10 +55,6 @@ class Req:
     generator: torch.Generator | None = None  # per-request RNG, so sampling is the same on every rank
 
     @property
-    def all_ids(self) -> list[int]:
-        return self.input_ids + self.output_ids
-
-    @property
     def total_len(self) -> int:
         return len(self.input_ids) + len(self.output_ids)
 

@@ -199,7 +199,9 @@ class Engine:
 
     def _forward_eager(self, batch: Batch) -> torch.Tensor:
         batch = self._to_device(batch)
-        self._resolve_placeholders(batch.input_ids)
+        # placeholder ids -(i + 1) become token i of the previous step, in place, on the device (a
+        # CUDA graph does this itself, as its first kernel)
+        resolve_placeholders(batch.input_ids, self._future_tokens)
         self.attn_backend.prepare(batch)
         with forward_context(batch, self.attn_backend):
             return self.model.forward(batch)
@@ -216,11 +218,6 @@ class Engine:
             packed = packed.to(self.device)
         ids, positions, slots, last = packed.split([p.numel() for p in parts])
         return dataclasses.replace(batch, input_ids=ids, positions=positions, out_slots=slots, last_indices=last)
-
-    def _resolve_placeholders(self, input_ids: torch.Tensor) -> None:
-        """Replace placeholder ids -(i + 1) by token i of the previous step, in place (a CUDA graph
-        does this itself, as its first kernel)."""
-        resolve_placeholders(input_ids, self._future_tokens)
 
     def release(self, req: Req) -> None:
         """`req` finished: drop per-request state in the attention backend (its page-table row)."""

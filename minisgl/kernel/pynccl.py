@@ -75,7 +75,8 @@ class NcclLibrary:
         self._bind("ncclCommInitRank", c.c_int, [c.POINTER(c.c_void_p), c.c_int, NcclUniqueId, c.c_int])
         self._bind("ncclCommDestroy", c.c_int, [c.c_void_p])
         # (sendbuff, recvbuff, count, datatype, op, comm, stream)
-        self._bind("ncclAllReduce", c.c_int, [c.c_void_p, c.c_void_p, c.c_size_t, c.c_int, c.c_int, c.c_void_p, c.c_void_p])
+        self._bind("ncclAllReduce", c.c_int,
+                   [c.c_void_p, c.c_void_p, c.c_size_t, c.c_int, c.c_int, c.c_void_p, c.c_void_p])
         # (sendbuff, recvbuff, sendcount, datatype, comm, stream)
         self._bind("ncclAllGather", c.c_int, [c.c_void_p, c.c_void_p, c.c_size_t, c.c_int, c.c_void_p, c.c_void_p])
 
@@ -130,8 +131,9 @@ class PyNCCLCommunicator:
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """In-place sum over the ranks."""
         dtype = self._dtype(x)
+        ptr = x.data_ptr()
         self.nccl.check(
-            self.nccl.lib.ncclAllReduce(x.data_ptr(), x.data_ptr(), x.numel(), dtype, NCCL_SUM, self.comm, self._stream()),
+            self.nccl.lib.ncclAllReduce(ptr, ptr, x.numel(), dtype, NCCL_SUM, self.comm, self._stream()),
             "ncclAllReduce",
         )
         return x

