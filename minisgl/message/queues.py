@@ -108,7 +108,7 @@ class PubQueue(_Queue):
                 self.socket.recv()  # one subscription frame per SUB socket
             except zmq.Again:
                 raise TimeoutError(f"{joined} of {count} ranks subscribed to rank 0's broadcast "
-                                   f"within {timeout_ms / 1000:.0f} s") from None
+                                   f"within {timeout_ms / 1000:g} s") from None
 
     def put_raw(self, payload: bytes) -> None:
         self.socket.send(payload)
@@ -128,4 +128,4 @@ class SubQueue(_Queue):
         try:
             return self.socket.recv()
         except zmq.Again:
-            raise TimeoutError(f"rank 0 published nothing for {self._timeout_ms / 1000:.0f} s") from None
+            raise TimeoutError(f"rank 0 published nothing for {self._timeout_ms / 1000:g} s") from None
