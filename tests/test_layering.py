@@ -85,7 +85,7 @@ def test_the_engine_does_not_probe_the_attention_backend() -> None:
     found = []
     for name, tree in _modules("engine"):
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr", "getattr"):
-                if node.args and "attn_backend" in ast.unparse(node.args[0]):
-                    found.append(f"{name}:{node.lineno} {ast.unparse(node)}")
+            probe = isinstance(node, ast.Call) and _dotted(node.func) in ("hasattr", "getattr")
+            if probe and node.args and "attn_backend" in ast.unparse(node.args[0]):
+                found.append(f"{name}:{node.lineno} {ast.unparse(node)}")
     assert not found, f"declare the hook in AttentionBackend (attention/base.py) instead: {found}"
