@@ -9,7 +9,7 @@ from minisgl.scheduler.io import ZmqIO
 
 
 def receive_step(io: ZmqIO, pulled: list[bytes]) -> list[bytes]:
-    count = broadcast_count(len(pulled), io.cpu_group)  # gloo broadcast from rank 0: every rank, every step
+    count = broadcast_count(len(pulled), io.cpu_group)  # gloo, from rank 0: every rank, every step
     if io.tp_info.is_primary:
         for payload in pulled:
             io.publisher.put_raw(payload)
