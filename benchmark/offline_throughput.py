@@ -88,8 +88,8 @@ def make_prompts(tokenizer, count: int, seed: int) -> list[list[int]]:
     for i in range(count):
         detail = int(torch.randint(1, 4, (1,), generator=generator))
         question = f"Explain {topics[i % len(topics)]} in {detail * 2} sentences" + " please" * detail + "."
-        text = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
-                                             tokenize=False)
+        chat = [{"role": "user", "content": question}]
+        text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
         prompts.append(tokenizer(text, add_special_tokens=False)["input_ids"])
     return prompts
 

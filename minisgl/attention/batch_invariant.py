@@ -22,6 +22,8 @@ import torch
 from minisgl.core import Batch
 from minisgl.kvcache import KVCachePool
 
+from .base import AttentionBackend
+
 Q_TILE = 8  # query rows of one request per tile
 TILE_GROUP = 4  # tiles per matmul call
 KV_BLOCK = 128  # key positions per online-softmax step
@@ -35,7 +37,7 @@ class BatchInvariantMetadata:
     kv_slots: torch.Tensor  # [groups, TILE_GROUP, num_blocks * KV_BLOCK] pool slot of each key position
 
 
-class BatchInvariantAttentionBackend:
+class BatchInvariantAttentionBackend(AttentionBackend):
     def __init__(self, pool: KVCachePool) -> None:
         self.pool = pool
 

@@ -9,7 +9,7 @@ merges (chapter 04).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Generic, TypeVar
 
 import torch
@@ -57,15 +57,6 @@ class BaseOP:
                 f"this rank expects {tuple(current.shape)}"
             )
         setattr(owner, attr, tensor)
-
-    def load_state_dict(self, state: Mapping[str, Weight]) -> None:
-        """Load every weight; missing or unexpected names are errors."""
-        expected = set(self.state_dict())
-        missing = expected - set(state)
-        if missing:
-            raise KeyError(f"missing weights: {sorted(missing)[:5]}")
-        for name, tensor in state.items():
-            self.set_weight(name, tensor)
 
 
 OP = TypeVar("OP", bound=BaseOP)
