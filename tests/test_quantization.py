@@ -22,7 +22,7 @@ from minisgl.engine.precision import ProbeResult, choose_precision, resolve_prec
 from minisgl.layers.quantized import Int4Weight, PackedInt4Weight
 from minisgl.models.config import ModelConfig, ModelError
 from minisgl.models.gguf_weights import iter_gguf_tensors
-from minisgl.models.weight import shard_tensor
+from minisgl.models.weight import shard_and_merge, shard_tensor
 from minisgl.scheduler.batch import make_prefill_batch
 from minisgl.testing.tiny_gguf import make_tiny_gguf_model
 from minisgl.testing.tiny_models import TINY_MODEL_SPECS
@@ -115,6 +115,17 @@ def test_quantized_shards_carry_their_scales() -> None:
         assert torch.equal(torch.cat([s.dequantize() for s in shards], dim=dim), full.dequantize()), name
     with pytest.raises(ModelError, match=r"tp_size=2 splits the 96 inputs .* 48, which cut through its 32-input"):
         shard_tensor("model.layers.0.self_attn.o_proj.weight", random_int4(96, 96), 0, 2, config)
+
+
+def test_a_fused_weight_with_a_dense_part_is_dense() -> None:
+    # llama.cpp's mixes (Q4_K_M and friends) store some projections at higher precision than others
+    config = tiny_config()
+    q = random_int4(96, 96)
+    k, v = torch.randn(48, 96), torch.randn(48, 96)
+    names = [f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkv"]
+    ((name, fused),) = list(shard_and_merge(zip(names, (q, k, v)), config, rank=0, tp_size=1))
+    assert name == "model.layers.0.self_attn.qkv_proj.weight" and isinstance(fused, torch.Tensor)
+    assert torch.equal(fused, torch.cat([q.dequantize(), k, v]))
 
 
 def last_logits(model_dir: Path, tokens: list[int], quantization: str) -> torch.Tensor:
