@@ -8,10 +8,11 @@ once per decode step) at batch 1, the matmul peak (2 flops per weight per token)
     python benchmark/offline_throughput.py --batch-sizes 1 32 --new-tokens 32 --minisgl float32 gguf
     python benchmark/offline_throughput.py --until-eos --new-tokens 256   # chat-like: stop at EOS
 
-llama.cpp runs only when `llama-cpp-python` is importable. It is a benchmark-only dependency that
-builds llama.cpp from source (cmake and a C++ compiler, several minutes):
+llama.cpp runs only when `llama-cpp-python` is importable. It is a benchmark-only dependency (the
+`bench` extra, not part of `make install`) that compiles llama.cpp from source with cmake and a C++
+compiler, for this CPU (GGML_NATIVE is on by default): 10 to 30 minutes on 2 cores.
 
-    CMAKE_ARGS="-DGGML_NATIVE=ON" pip install --no-deps llama-cpp-python==0.3.36 diskcache
+    CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) .venv/bin/pip install "llama-cpp-python==0.3.36"
 
 Every engine gets `--threads` threads (default: all cores). Close other programs first: the script
 prints the load average before and after, and a busy machine's numbers are not worth keeping.
@@ -24,10 +25,12 @@ import importlib.util
 import os
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from gguf import GGUFReader
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -58,14 +61,16 @@ class Result:
 
 
 def measure_machine(threads: int) -> Machine:
-    """Read bandwidth (sum of 512 MiB) and matmul peak (1536^3 GEMM), median of 5 and 3 runs."""
+    """Read bandwidth (sum of 512 MiB) and matmul peak (F.linear of 512 rows by a 1536 x 1536
+    weight, the call the engine makes; a square `a @ a` in bf16 takes a much slower path on AVX2),
+    median of 5 and 3 runs."""
     torch.set_num_threads(threads)
     big = torch.ones(128 << 20)  # 512 MiB of fp32: far past any cache
     read_s = median_seconds(lambda: big.sum(), 5)
     peak = {}
     for name in ("float32", "bfloat16"):
-        a = torch.randn(1536, 1536).to(getattr(torch, name))
-        peak[name] = 2 * 1536**3 / median_seconds(lambda: a @ a, 3) / 1e9
+        x, weight = torch.randn(512, 1536).to(getattr(torch, name)), torch.randn(1536, 1536).to(getattr(torch, name))
+        peak[name] = 2 * 512 * 1536**2 / median_seconds(lambda: F.linear(x, weight), 3) / 1e9
     return Machine(threads, big.numel() * 4 / read_s / 1e9, peak)
 
 
@@ -138,6 +143,14 @@ def run_llama_cpp(gguf_path: Path, prompt: list[int], new_tokens: int, threads: 
     return new_tokens / (time.perf_counter() - start)
 
 
+def gguf_weight_type(gguf_path: Path) -> str:
+    """The block type that holds most of a GGUF file's weights, e.g. "Q4_1"."""
+    counts = Counter()
+    for tensor in GGUFReader(gguf_path).tensors:
+        counts[tensor.tensor_type.name] += int(tensor.n_elements)
+    return counts.most_common(1)[0][0]
+
+
 def minisgl_step_bytes(llm: LLM) -> int:
     """Weight bytes a decode step of a few rows reads (4-bit weights without their dense copy)."""
     engine = llm._backend.scheduler.engine
@@ -199,7 +212,7 @@ def main() -> None:
     if gguf_path is not None and importlib.util.find_spec("llama_cpp") is not None and 1 in prompts:
         file_bytes = sum(int(t.n_bytes) for t in GGUFReader(gguf_path).tensors)
         tok_s = run_llama_cpp(gguf_path, prompts[1][0], args.new_tokens, args.threads)
-        results.append(Result("llama.cpp", gguf_path.name.split(".")[-2], 1, tok_s, file_bytes))
+        results.append(Result("llama.cpp", gguf_weight_type(gguf_path), 1, tok_s, file_bytes))
         print(f"llama.cpp done: {tok_s:.1f} tok/s", flush=True)
     else:
         print("llama.cpp skipped (needs llama-cpp-python and a *.gguf next to the checkpoint; see the docstring)")
