@@ -19,6 +19,7 @@ import torch.distributed as dist
 from minisgl.attention import create_attention_backend
 from minisgl.core import Batch, Req, forward_context
 from minisgl.distributed import destroy_distributed, enable_pynccl, enable_torch_distributed, set_tp_info
+from minisgl.distributed.loopback import bind_collectives_to_loopback
 from minisgl.kvcache import KVCachePool
 from minisgl.layers import local_kv_heads
 from minisgl.models.config import ModelConfig
@@ -92,6 +93,7 @@ class Engine:
             return None
         timeout = timedelta(seconds=self.config.dist_timeout_s)
         backend = self.dist_backend
+        bind_collectives_to_loopback()  # all ranks are on this machine: no socket beyond 127.0.0.1
         if backend == "nccl":
             dist.init_process_group("nccl", init_method=self.config.dist_init_addr, rank=tp.rank,
                                     world_size=tp.size, timeout=timeout, device_id=self.device)

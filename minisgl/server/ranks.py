@@ -9,11 +9,13 @@ import os
 import queue
 import shutil
 import signal
+import sys
 import time
 from multiprocessing.process import BaseProcess
 
 from minisgl.distributed import DistributedInfo
-from minisgl.utils import free_port, make_ipc_dir
+from minisgl.distributed.loopback import file_init_method
+from minisgl.utils import make_ipc_dir
 from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.process import run_scheduler_process
 
@@ -34,6 +36,18 @@ def check_tp_fits_machine(tp_size: int, device: str) -> None:
         raise LaunchError(
             f"tp_size={tp_size} needs {tp_size} processes; this machine runs at most {max_cpu_ranks()} CPU ranks"
             " (4 per core); use a smaller tp size"
+        )
+
+
+def check_main_is_importable() -> None:
+    """A spawned process first re-imports the parent's main script by its path. A script read from
+    standard input (`python - < script.py`) has no path, and each child would die with an opaque
+    error: say so before spawning."""
+    main_path = getattr(sys.modules["__main__"], "__file__", None)
+    if main_path is not None and not os.path.exists(main_path):
+        raise LaunchError(
+            f"rank processes are spawned, and each re-imports the main script, but it was read from {main_path}: "
+            "save it to a file and run `python script.py`"
         )
 
 
@@ -64,10 +78,11 @@ class RankGroup:
         then polls `poll_acks()` for both kinds together."""
         tp_size = config.tp_info.size
         check_tp_fits_machine(tp_size, config.device)
+        check_main_is_importable()
         ipc_dir = make_ipc_dir()
         config = dataclasses.replace(
             config,
-            dist_init_addr=f"tcp://127.0.0.1:{free_port()}",
+            dist_init_addr=file_init_method(ipc_dir),  # a file, not a TCP store open to the network
             requests_addr=f"ipc://{ipc_dir}/requests",
             outputs_addr=config.outputs_addr or f"ipc://{ipc_dir}/outputs",
             broadcast_addr=f"ipc://{ipc_dir}/broadcast",

@@ -1,1 +1,2 @@
-"""Helpers for tests and course exercises: tiny deterministic checkpoints (`tiny_models`)."""
+"""Helpers for tests and course exercises: tiny deterministic checkpoints (`tiny_models`), spawned
+gloo ranks (`multiprocess`), a server subprocess (`server`), and float tolerances (`tolerance`)."""

@@ -76,7 +76,12 @@ def run_detokenizer_process(
         to_scheduler.connect(scheduler_addr)
     ack_queue.put(("ready", name, ""))
     while True:
-        texts, aborts = detokenizer.handle(decode_message(inbox.recv()))
+        message = decode_message(inbox.recv())
+        try:
+            texts, aborts = detokenizer.handle(message)
+        except Exception as error:  # this request's text went wrong; the others go on
+            logging.error("request %d failed: %s", message.uid, _one_line(error))
+            texts, aborts = detokenizer.fail(message, error)
         for text in texts:
             to_api.send(encode_message(text))
         for abort in aborts:
