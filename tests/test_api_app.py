@@ -19,7 +19,6 @@ import uvicorn
 from minisgl.server.api_server import ApiState, create_app
 from minisgl.server.args import API_KEY_ENV, parse_args
 from minisgl.server.frontend import Frontend
-from minisgl.utils import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,11 +29,11 @@ class AppServer:
     def __init__(self, model_dir: Path, tmp_path: Path, *flags: str) -> None:
         args = parse_args(["--model", str(model_dir), *flags])
         processes = SimpleNamespace(tokenizer_addrs=[f"ipc://{tmp_path}/tokenizer"], api_addr=f"ipc://{tmp_path}/api")
-        self.port = free_port()
-        config = uvicorn.Config(create_app(ApiState(args, processes)), host="127.0.0.1", port=self.port,
-                                log_config=None, log_level="warning")
+        self.sock = socket.create_server(("127.0.0.1", 0))  # the kernel picks a free port
+        self.port = self.sock.getsockname()[1]
+        config = uvicorn.Config(create_app(ApiState(args, processes)), log_config=None, log_level="warning")
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 20
         while not self.server.started:
@@ -44,6 +43,7 @@ class AppServer:
     def close(self) -> None:
         self.server.should_exit = True
         self.thread.join(10)
+        self.sock.close()
 
 
 @pytest.fixture
