@@ -1,10 +1,11 @@
 """Chapter 02 (launch): start one process per rank and wait until every rank says it is ready.
 
-The engine's launcher (minisgl/server/ranks.py) spawns one scheduler process per TP rank, then
-waits on an ack queue: each rank puts ("ready", rank, detail) when its model is loaded, or
-("error", rank, detail) when it could not start. A launcher that does not wait serves requests to
-ranks that are not there; one that waits forever hangs when a rank dies; one that gives up but
-leaves the other ranks running leaks processes.
+The engine's launcher (minisgl/process/group.py) spawns one scheduler process per TP rank, then
+waits on an ack queue: each rank puts ("ready", key, detail) when its model is loaded, or
+("error", key, detail) when it could not start (the engine's key is the process name; here it is
+the rank). A launcher that does not wait serves requests to ranks that are not there; one that
+waits forever hangs when a rank dies; one that gives up but leaves the other ranks running leaks
+processes.
 """
 
 from __future__ import annotations

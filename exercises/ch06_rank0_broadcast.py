@@ -7,8 +7,8 @@ a second collective. The other ranks learn the count from the same collective an
 that many messages from their SUB socket. `io` is the engine's `minisgl.scheduler.io.ZmqIO`:
 - io.tp_info: this rank's DistributedInfo (`.rank`, `.size`, `.is_primary`);
 - io.cpu_group: the gloo process group;
-- io.publisher.send(payload: bytes): rank 0 only, publishes to every other rank;
-- io.subscriber.recv() -> bytes: other ranks only, the next published payload (blocks).
+- io.publisher.put_raw(payload: bytes): rank 0 only, publishes to every other rank;
+- io.subscriber.get_raw() -> bytes: other ranks only, the next published payload (blocks).
 """
 
 from __future__ import annotations

@@ -9,9 +9,12 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
+
+if TYPE_CHECKING:
+    from minisgl.attention import AttentionBackend
 
 GREEDY_BELOW = 1e-5  # a temperature below this picks the most likely token (dividing by it would overflow)
 MAX_TOKEN_ID = 2**31 - 1  # bound for token ids and counts: every value must fit the wire format (msgpack)
@@ -139,10 +142,6 @@ class Req:
     failure: str | None = None  # set mid-step (by the sampler) when this request alone cannot go on
 
     @property
-    def all_ids(self) -> list[int]:
-        return self.input_ids + self.output_ids
-
-    @property
     def total_len(self) -> int:
         return len(self.input_ids) + len(self.output_ids)
 
@@ -183,14 +182,14 @@ class ForwardContext:
     """The batch being computed and the attention backend that computes its attention."""
 
     batch: Batch
-    attn_backend: Any
+    attn_backend: AttentionBackend
 
 
 _CTX: ForwardContext | None = None
 
 
 @contextmanager
-def forward_context(batch: Batch, attn_backend: Any) -> Iterator[ForwardContext]:
+def forward_context(batch: Batch, attn_backend: AttentionBackend) -> Iterator[ForwardContext]:
     global _CTX
     _CTX = ForwardContext(batch, attn_backend)
     try:

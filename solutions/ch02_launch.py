@@ -1,15 +1,13 @@
-"""Chapter 02 reference: spawn the ranks, then let the engine's RankGroup wait for their acks
-(timeout, dead-rank check, error acks) and stop them all on failure (minisgl/server/ranks.py)."""
+"""Chapter 02 reference: spawn the ranks, then let the engine's `wait_for_acks` wait for their acks
+(timeout, dead-rank check, error acks) and stop them all on failure (minisgl/process/group.py)."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
-import shutil
-import tempfile
 from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 
-from minisgl.server.ranks import RankGroup
+from minisgl.process import stop_processes, wait_for_acks
 
 RankTarget = Callable[[int, int, "mp.Queue"], None]
 
@@ -23,13 +21,9 @@ def start_ranks(target: RankTarget, world_size: int, timeout_s: float) -> list[B
     ]
     for process in processes:
         process.start()
-    # RankGroup also owns the ipc:// directory of a real run; here it is an empty placeholder.
-    ipc_dir = tempfile.mkdtemp(prefix="minisgl-launch-")
-    group = RankGroup(config=None, processes=processes, ipc_dir=ipc_dir, acks=acks)
     try:
-        group._wait_for_acks(timeout_s)
+        wait_for_acks(dict(enumerate(processes)), acks, timeout_s)  # the ranks ack with their rank as key
     except BaseException:
-        group.shutdown()  # terminate every rank (then kill), remove the directory
+        stop_processes(processes)  # terminate every rank (then kill): no orphans
         raise
-    shutil.rmtree(ipc_dir, ignore_errors=True)
     return processes

@@ -27,7 +27,8 @@ HEAD_RETURN = "    return lm_head.forward(hidden_states)  # [n, vocab_size], gat
 CH05_IMPORT = ("from minisgl.layers import ParallelLMHead, VocabParallelEmbedding",
                "from minisgl.layers import ParallelLMHead, VocabParallelEmbedding\n"
                "from minisgl.distributed import all_gather, all_reduce")
-WAIT = "        group._wait_for_acks(timeout_s)"
+WAIT = "        wait_for_acks(dict(enumerate(processes)), acks, timeout_s)  # the ranks ack with their rank as key"
+CH06_COUNT = "    count = broadcast_count(len(pulled), io.cpu_group)  # gloo, from rank 0: every rank, every step"
 # The reference delegates to the engine's minisgl.models.weight.shard_and_merge; these mutants
 # replace that call with a hand-written loop carrying one mistake.
 DELEGATE = "    return weight.shard_and_merge(tensors, config, rank, tp_size)\n"
@@ -72,7 +73,7 @@ MUTANTS = [
            ((WAIT, "        for _ in range(world_size - 1):\n            acks.get(timeout=timeout_s)"),),
            "test_waits_for_every_ack", "waits for world_size - 1 acks"),
     Mutant("no-cleanup-on-failure", "ch02_launch.py",
-           (("        group.shutdown()  # terminate every rank (then kill), remove the directory", "        pass"),),
+           (("        stop_processes(processes)  # terminate every rank (then kill): no orphans", "        pass"),),
            "test_timeout_names_missing_rank", "raises but leaves the other ranks running"),
     Mutant("unique-id-wrong-root", "ch03_communication_init.py",
            (("src=dist.get_global_rank(cpu_group, 0)", "src=dist.get_global_rank(cpu_group, dist.get_world_size(cpu_group) - 1)"),),
@@ -122,15 +123,15 @@ MUTANTS = [
              "    return all_gather(local).reshape(hidden_states.shape[0], -1)[:, :vocab_size]")),
            "test_lm_head", "the gathered [tp * n, shard] blocks are reshaped without reordering"),
     Mutant("count-from-wrong-rank", "ch06_rank0_broadcast.py",
-           (("    count = io._broadcast_count(len(pulled))  # gloo broadcast from rank 0: every rank, every step",
+           ((CH06_COUNT,
              "    import torch\n    import torch.distributed as dist\n"
              "    counts = torch.tensor([len(pulled)], dtype=torch.int64)\n"
              "    dist.broadcast(counts, src=io.tp_info.size - 1, group=io.cpu_group)\n"
              "    count = int(counts.item())"),),
            "test_receive_step", "broadcasts the count from the last rank"),
     Mutant("empty-step-skipped", "ch06_rank0_broadcast.py",
-           (("    count = io._broadcast_count(len(pulled))  # gloo broadcast from rank 0: every rank, every step",
-             "    count = io._broadcast_count(len(pulled)) if pulled or not io.tp_info.is_primary else 0"),),
+           ((CH06_COUNT,
+             "    count = broadcast_count(len(pulled), io.cpu_group) if pulled or not io.tp_info.is_primary else 0"),),
            "test_receive_step", "rank 0 skips the count when it has nothing (the others hang)"),
     Mutant("mlp-merge-before-shard", "ch07_tp_decoder_layer.py",
            (("torch.cat([gate.chunk(tp.size, dim=0)[tp.rank], up.chunk(tp.size, dim=0)[tp.rank]])",

@@ -16,6 +16,7 @@ import httpx
 import pytest
 import uvicorn
 
+from minisgl.message import IpcAddresses
 from minisgl.server.api_server import ApiState, create_app
 from minisgl.server.args import API_KEY_ENV, parse_args
 from minisgl.server.frontend import Frontend
@@ -28,7 +29,7 @@ class AppServer:
 
     def __init__(self, model_dir: Path, tmp_path: Path, *flags: str) -> None:
         args = parse_args(["--model", str(model_dir), *flags])
-        processes = SimpleNamespace(tokenizer_addrs=[f"ipc://{tmp_path}/tokenizer"], api_addr=f"ipc://{tmp_path}/api")
+        processes = SimpleNamespace(addrs=IpcAddresses.in_dir(str(tmp_path), num_tokenizers=1))
         self.sock = socket.create_server(("127.0.0.1", 0))  # the kernel picks a free port
         self.port = self.sock.getsockname()[1]
         config = uvicorn.Config(create_app(ApiState(args, processes)), log_config=None, log_level="warning")

@@ -14,14 +14,14 @@ Q1 = None
 # start_subprocess wait for?
 Q2 = None
 
-# Q3 (number). minisgl's RankGroup at tp = 4: how many acks from ranks does it wait for?
+# Q3 (number). minisgl's ChildGroup of an LLM at tp = 4: how many acks from ranks does it wait for?
 Q3 = None
 
 # Q4 (choice). What must a rank do before it constructs any layer?
 #   a) load the weights   b) set_tp_info(rank, size)   c) allocate the KV cache   d) capture CUDA graphs
 Q4 = None
 
-# Q5 (choice). When does RankGroup.start return?
+# Q5 (choice). When does ChildGroup.wait_ready return?
 #   a) right after every Process.start()   b) once every rank acked "ready" (it raises otherwise)
 #   c) after the first request is served   d) after the HTTP server is up
 Q5 = None

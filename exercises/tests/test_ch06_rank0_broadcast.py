@@ -11,7 +11,7 @@ from exercises.grader.outcomes import WrongAnswer
 from exercises.grader.ranks import RankContext
 from minisgl.core import SamplingParams
 from minisgl.distributed import get_tp_info
-from minisgl.message import AbortRequest, GenerateRequest, encode_message
+from minisgl.message import AbortRequest, GenerateRequest, IpcAddresses, encode_message
 from minisgl.scheduler.io import ZmqIO
 
 
@@ -24,8 +24,7 @@ def _steps() -> list[list[bytes]]:
 
 
 def _receive_job(ctx: RankContext, impl: str, ipc_dir: str, steps: list[list[bytes]]) -> list[list[bytes]]:
-    io = ZmqIO(get_tp_info(), ctx.cpu_group, f"ipc://{ipc_dir}/requests", f"ipc://{ipc_dir}/outputs",
-               f"ipc://{ipc_dir}/broadcast")
+    io = ZmqIO(get_tp_info(), ctx.cpu_group, IpcAddresses.in_dir(ipc_dir))
     try:
         return [adapters.receive_step(impl, io, list(step) if ctx.rank == 0 else []) for step in steps]
     finally:

@@ -15,7 +15,7 @@ from minisgl.distributed import DistributedInfo
 from minisgl.message import GenerateRequest, TokenOutput
 from minisgl.models.config import ModelConfig
 from minisgl.scheduler import SchedulerConfig
-from minisgl.server.ranks import check_tp_fits_machine
+from minisgl.scheduler.process import check_tp_fits_machine
 from minisgl.tokenizer import encode_chat, encode_text
 
 from .backends import InProcessBackend, MultiProcessBackend
@@ -33,7 +33,12 @@ class LLM:
     """An engine on `model` (None: the embedded SmolLM2) with `tp_size` ranks on `device`."""
 
     def __init__(
-        self, model: str | Path | None = None, tp_size: int = 1, device: str = "cpu", dtype: str = "auto", **engine_args: Any
+        self,
+        model: str | Path | None = None,
+        tp_size: int = 1,
+        device: str = "cpu",
+        dtype: str = "auto",
+        **engine_args: Any,
     ) -> None:
         if model is None:
             from minisgl.models.default_model import ensure_default_model
@@ -61,7 +66,10 @@ class LLM:
     ) -> list[RequestOutput]:
         """Complete each prompt (a string or a list of token ids); outputs come back in prompt order."""
         batch = _as_prompt_list(prompts)
-        params = sampling_params if isinstance(sampling_params, list) else [sampling_params or SamplingParams()] * len(batch)
+        if isinstance(sampling_params, list):
+            params = sampling_params
+        else:
+            params = [sampling_params or SamplingParams()] * len(batch)
         if len(params) != len(batch):
             raise ValueError(f"{len(batch)} prompts but {len(params)} sampling params")
         requests = [self._request(self._token_ids(p), sp) for p, sp in zip(batch, params)]

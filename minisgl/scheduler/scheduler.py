@@ -134,7 +134,7 @@ class Scheduler:
         for req in [*self.waiting, *self.prefilling, *self.running.values()]:
             if req.uid == uid:
                 self._finish(req)
-                self.io.send([TokenOutput(uid, [], True, "abort", None, len(req.input_ids))])
+                self.io.send([TokenOutput(uid, [], True, "abort")])
                 return
 
     # ---- scheduling -----------------------------------------------------------------------
@@ -198,7 +198,7 @@ class Scheduler:
                 continue  # finished or aborted while this step ran (overlap): the token is dropped
             if req.failure is not None:  # its sampling failed: this request ends, the others go on
                 self._finish(req)
-                outputs.append(TokenOutput(req.uid, [], True, "error", req.failure, len(req.input_ids)))
+                outputs.append(TokenOutput(req.uid, [], True, "error", req.failure))
                 continue
             token = tokens[row]
             req.output_ids[index] = token
@@ -206,7 +206,7 @@ class Scheduler:
             if reason is not None:
                 del req.output_ids[index + 1 :]  # placeholders of a step launched meanwhile
                 self._finish(req)
-            outputs.append(TokenOutput(req.uid, [token], reason is not None, reason, None, len(req.input_ids)))
+            outputs.append(TokenOutput(req.uid, [token], reason is not None, reason))
         return outputs
 
     def _finish_reason(self, req: Req, token: int, num_output: int) -> str | None:

@@ -54,7 +54,7 @@ Q7 = "a"
 
 # Q8 (short answer). With overlap scheduling on, a running request's output_ids ends in -3. What
 # does -3 stand for, and what replaces it, where and when?
-Q8 = "-3 is a placeholder for the token of batch row 2 of the step still running on the GPU (-(2 + 1)); the next decode step carries it as an input id, and the device replaces it with that step's argmax (Engine._resolve_placeholders) before the model reads it, with no host sync."
+Q8 = "-3 is a placeholder for the token of batch row 2 of the step still running on the GPU (-(2 + 1)); the next decode step carries it as an input id, and the device replaces it with that step's argmax (resolve_placeholders, in Engine._forward_eager or as a CUDA graph's first kernel) before the model reads it, with no host sync."
 
 # Q9 (choice). Why does dist_backend="auto" choose gloo for tp = 2 on a machine with one GPU?
 #   a) NCCL gives each rank of a communicator its own GPU and refuses (invalid usage) two ranks on

@@ -120,8 +120,9 @@ def small_batch_linear(
     eps: float = 0.0,
     residual: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """prologue(x) @ weight.T + bias for x [rows, K] (a few rows: minisgl.kernel.SMALL_BATCH_ROWS) (silu_and_mul: [rows, 2K]);
-    weight [N, K]. Returns (y [rows, N], x + residual [rows, K] when rms_norm had a residual)."""
+    """prologue(x) @ weight.T + bias for x [rows, K] (a few rows: minisgl.kernel.SMALL_BATCH_ROWS)
+    (silu_and_mul: [rows, 2K]); weight [N, K]. Returns (y [rows, N], x + residual [rows, K] when
+    rms_norm had a residual)."""
     code = PROLOGUES[prologue]
     rows, n, k = x.shape[0], weight.shape[0], weight.shape[1]
     if x.stride(-1) != 1:
