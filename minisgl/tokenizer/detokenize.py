@@ -133,7 +133,9 @@ class Detokenizer:
             return [], []
         return self._on_tokens(message)
 
-    def fail(self, message: DetokenizeStart | TokenOutput, error: Exception) -> tuple[list[TextOutput], list[AbortRequest]]:
+    def fail(
+        self, message: DetokenizeStart | TokenOutput, error: Exception
+    ) -> tuple[list[TextOutput], list[AbortRequest]]:
         """`handle(message)` raised: end that request alone with an error, and abort it at rank 0
         unless this was its last output."""
         uid = message.uid
