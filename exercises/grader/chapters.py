@@ -14,6 +14,7 @@ CHAPTERS: dict[str, str] = {
     "08": "08-process-structures",
     "09": "09-communication-volume",
     "10": "10-gpu-path",
+    "15": "15-capstone",  # 11-14 are kept for chapters to come (KV memory, scale-out, pipeline, MoE)
 }
 
 
@@ -43,15 +44,16 @@ TASK_POINTS: dict[str, float] = {
     "07-tp-decoder-layer/tp-mlp": 10,
     "07-tp-decoder-layer/local-shapes": 5,
     "09-communication-volume/comm-volume": 10,
+    "15-capstone/serve": 20,
 }
 
 
 def task_points(task_id: str) -> float:
     """The points task `task_id` is worth (a quiz: the sum of its questions' points)."""
     if task_id.endswith("/quiz"):
-        from .quiz_keys import QUIZZES
+        from .quiz import questions
 
-        return float(sum(question.points for question in QUIZZES[chapter_of(task_id)]))
+        return float(sum(question.points for question in questions(chapter_of(task_id))))
     if task_id not in TASK_POINTS:
         raise ValueError(f"task {task_id!r} has no points in exercises/grader/chapters.py TASK_POINTS")
     return float(TASK_POINTS[task_id])
