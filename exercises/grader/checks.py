@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -15,6 +15,9 @@ from .outcomes import WrongAnswer
 from .ranks import RankResult
 
 FP32_EPS = torch.finfo(torch.float32).eps
+SEAM_ALL_REDUCE = ("minisgl.distributed.all_reduce", "tp group")
+SEAM_ALL_GATHER = ("minisgl.distributed.all_gather", "tp group")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def tolerance(dtype: torch.dtype, reduction_len: int, roundings: int) -> float:
@@ -58,13 +61,15 @@ def assert_ranks_close(what: str, actual: Sequence[Any], expected: Sequence[torc
         raise WrongAnswer("\n".join(lines))
 
 
-def changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> list[str]:
-    """Names of the inputs whose values differ from the copies taken before the call."""
-    return [name for name, tensor in before.items() if not torch.equal(tensor, after[name].detach().cpu())]
+def watch(inputs: dict[str, torch.Tensor | None], call: Callable[[], Any]) -> tuple[Any, list[str]]:
+    """(call's result, names of the `inputs` whose values it changed), from copies taken before."""
+    before = {name: t.detach().cpu().clone() for name, t in inputs.items() if t is not None}
+    result = call()
+    return result, [name for name, copy in before.items() if not torch.equal(copy, inputs[name].detach().cpu())]
 
 
 def assert_unchanged(what: str, per_rank: Sequence[list[str]]) -> None:
-    """`per_rank[r]`: the inputs rank r's call modified (`changed`); none may be."""
+    """`per_rank[r]`: the inputs rank r's call modified (`watch`); none may be."""
     bad = [f"rank {rank}: {', '.join(names)}" for rank, names in enumerate(per_rank) if names]
     if bad:
         raise WrongAnswer(f"{what} modified its inputs ({'; '.join(bad)}); the caller still needs them: compute into "
@@ -91,6 +96,22 @@ def assert_collectives(what: str, results: Sequence[RankResult], expected: dict[
         if made != Counter(expected):
             raise WrongAnswer(f"{what}: rank {rank} made these collectives: {_summary(made)}; expected "
                               f"{_summary(Counter(expected))} (the chapter's collective, on the group you are given)")
+
+
+def assert_value_error(what: str, call: Callable[[], Any], mentions: str = "") -> None:
+    """`call` (a task given malformed input, described by `what`) must raise ValueError whose message
+    contains `mentions`; a stub's NotImplementedError passes through (not attempted)."""
+    try:
+        call()
+    except ValueError as error:
+        if mentions not in str(error):
+            raise WrongAnswer(f"{what}: the ValueError should mention '{mentions}': {error}") from None
+        return
+    except NotImplementedError:
+        raise
+    except Exception as error:  # noqa: BLE001 - any other error is the wrong one
+        raise WrongAnswer(f"{what}: raised {type(error).__name__} ({error}), expected ValueError") from None
+    raise WrongAnswer(f"{what}: returned normally, expected ValueError")
 
 
 def values(results: Sequence[RankResult]) -> list[Any]:
