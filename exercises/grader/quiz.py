@@ -107,6 +107,11 @@ def _letters(answer: str) -> str:
     return re.sub(r"[\s,;>.-]", "", answer.lower())
 
 
+def example(question: Question) -> str:
+    """The form an answer takes, the same for every question of a kind (never a key: tested)."""
+    return {"choice": "b", "multi": "bd", "order": question.letters[::-1]}[question.kind]
+
+
 def format_problem(question: Question, answer: Any) -> str | None:
     """What is wrong with the *form* of an answer (never whether it is right), or None."""
     if question.kind == "number":
@@ -115,8 +120,7 @@ def format_problem(question: Question, answer: Any) -> str | None:
         return None
     allowed = question.letters
     if not isinstance(answer, str) or not re.fullmatch(rf"[{allowed}]+", _letters(answer), re.IGNORECASE):
-        example = {"choice": '"b"', "multi": '"bd"', "order": '"' + allowed[::-1] + '"'}[question.kind]
-        return f"answer with letters from {', '.join(allowed)} in a string, e.g. {example}; got {answer!r}"
+        return f"answer with letters from {', '.join(allowed)} in a string, e.g. {example(question)!r}; got {answer!r}"
     letters = _letters(answer)
     if question.kind == "choice" and len(letters) != 1:
         return f"answer with exactly one letter; got {answer!r}"
