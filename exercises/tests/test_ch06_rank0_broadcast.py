@@ -5,6 +5,9 @@ one: tp = 1), where the second half's rank 0 is not global rank 0."""
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterator
+
 import pytest
 
 from exercises.grader import adapters
@@ -15,6 +18,7 @@ from minisgl.core import SamplingParams
 from minisgl.distributed import DistributedInfo
 from minisgl.message import AbortRequest, GenerateRequest, encode_message
 from minisgl.scheduler.io import ZmqIO
+from minisgl.utils import make_ipc_dir
 
 BROADCAST = "torch.distributed.broadcast"
 
@@ -48,12 +52,20 @@ def _receive_job(ctx: RankContext, impl: str, ipc_dir: str, steps: list[list[byt
         io.close()
 
 
+@pytest.fixture
+def ipc_dir() -> Iterator[str]:
+    """A short folder for the sockets (an ipc:// path must fit in 107 bytes, a test's tmp_path may not)."""
+    path = make_ipc_dir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.task("06-rank0-broadcast/receive-step")
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("group", ["side", "half"], ids=["all-ranks-group", "half-groups"])
-def test_receive_step(impl, run_ranks, world_size, tmp_path, group):
+def test_receive_step(impl, run_ranks, world_size, ipc_dir, group):
     steps = _steps()
-    results = run_ranks(_receive_job, impl=impl, ipc_dir=str(tmp_path), steps=steps, group=group)
+    results = run_ranks(_receive_job, impl=impl, ipc_dir=ipc_dir, steps=steps, group=group)
     problems = []
     for rank, result in enumerate(values(results)):
         for step, (got, expected) in enumerate(zip(result["steps"], steps)):
