@@ -103,7 +103,9 @@ def test_shard_qkv(impl, heads, kv, tp, dtype):
 @pytest.mark.task("04-weight-sharding/qkv-gqa")
 def test_shard_qkv_rejects_what_does_not_split(impl):
     q, k, v = _numbered(HEADS * HEAD_DIM, HIDDEN), _numbered(KV_HEADS * HEAD_DIM, HIDDEN), _numbered(KV_HEADS * HEAD_DIM, HIDDEN)
-    assert_value_error("shard_qkv with 8 heads at tp=3", lambda: adapters.shard_qkv(impl, q, k, v, 0, 3, HEADS, KV_HEADS, HEAD_DIM))
+    k1, v1 = k[:HEAD_DIM], v[:HEAD_DIM]  # one KV head: 3 ranks may share it, but 8 query heads do not split 3 ways
+    assert_value_error("shard_qkv with 8 heads (1 KV head) at tp=3",
+                       lambda: adapters.shard_qkv(impl, q, k1, v1, 0, 3, HEADS, 1, HEAD_DIM))
     assert_value_error("shard_qkv with a q of 14 rows for 8 heads of 2",
                        lambda: adapters.shard_qkv(impl, q[:14], k, v, 0, 2, HEADS, KV_HEADS, HEAD_DIM))
 
