@@ -25,24 +25,33 @@ class Mutant:
         return self.graded_on or self.file[2:4]
 
 
-CH00, CH01, CH02, CH03 = "ch00_getting_started.py", "ch01_tp_first_principles.py", "ch02_launch.py", "ch03_communication_init.py"
-CH04, CH05, CH06 = "ch04_weight_sharding.py", "ch05_vocab_parallelism.py", "ch06_rank0_broadcast.py"
+CH00, CH01, CH02 = "ch00_getting_started.py", "ch01_tp_first_principles.py", "ch02_launch.py"
+CH03, CH04 = "ch03_communication_init.py", "ch04_weight_sharding.py"
+CH05, CH06 = "ch05_vocab_parallelism.py", "ch06_rank0_broadcast.py"
 CH07, CH09 = "ch07_tp_decoder_layer.py", "ch09_communication_volume.py"
 F = "torch.nn.functional"
 DIST = "torch.distributed"
 
 RANK_SUM = "    return int(all_reduce(mine).item())"
-COLUMN_RETURN = "    return F.linear(x, weight_shard, bias_shard)  # [tokens, out / tp]: whole dot products, no communication"
+COLUMN_RETURN = ("    return F.linear(x, weight_shard, bias_shard)"
+                 "  # [tokens, out / tp]: whole dot products, no communication")
 COLUMN_CHECK = '    _check_shapes(x, weight_shard, bias_shard, "column_parallel_forward")\n'
-ROW_SUM = "    output = all_reduce(partial)\n    return output if bias is None else output + bias  # once, after the sum"
-ROW_IMPORT = ("from minisgl.distributed import all_reduce", "import torch.distributed as dist\n\nfrom minisgl.distributed import all_reduce")
+ROW_SUM = ("    output = all_reduce(partial)\n"
+           "    return output if bias is None else output + bias  # once, after the sum")
+ROW_IMPORT = ("from minisgl.distributed import all_reduce",
+              "import torch.distributed as dist\n\nfrom minisgl.distributed import all_reduce")
 DEAD_CHECK = ("            if dead:\n                raise RuntimeError(f\"rank {dead[0]} exited with code "
               "{processes[dead[0]].exitcode} before it acked\")\n")
 BROADCAST_ID = "dist.broadcast(id_bytes, src=dist.get_global_rank(cpu_group, 0), group=cpu_group)"
 KV_RETURN = "        return rank // (tp_size // num_kv_heads), 1"
 COLUMN_SHARD = "        return tensor[rank * size:(rank + 1) * size].clone()"
-SHARD_LOCAL = "        local = shard_tensor(name, full, rank, tp_size, config)\n        del full  # only the shard stays alive\n"
-FUSED_YIELD = "            yield fused, torch.cat([group[i] for i in range(parts)], dim=0)  # slot order, not arrival order"
+SHARD_LOCAL = ("        local = shard_tensor(name, full, rank, tp_size, config)\n"
+               "        del full  # only the shard stays alive\n")
+FUSED_YIELD = ("            yield fused, torch.cat([group[i] for i in range(parts)], dim=0)"
+               "  # slot order, not arrival order")
+ARRIVAL_YIELD = "            yield fused, torch.cat(list(group.values()), dim=0)"
+HEAD_ORDER = ("    logits = gathered.view(tp, n, shard_size).transpose(0, 1).reshape(n, tp * shard_size)"
+              "  # shards side by side")
 EMBED_MASK = "    mine = (input_ids >= start) & (input_ids < start + shard_size)  # [tokens]"
 EMBED_IDS = "    local_ids = torch.where(mine, input_ids - start, 0)  # foreign ids read row 0, then get zeroed"
 SHARD_CHECK_EMBED = '    shard_size = _shard_size(weight_shard, vocab_size, "vocab_parallel_embedding")'
@@ -69,7 +78,8 @@ MUTANTS = [
                                       "None if bias_shard is None else bias_shard.float())"),),
            "test_column_forward", "computes (and returns) fp32 whatever the input dtype"),
     Mutant("column-all-reduced", CH01,
-           (("import torch.nn.functional as F\n", "import torch.nn.functional as F\n\nfrom minisgl.distributed import all_reduce as _sum\n"),
+           (("import torch.nn.functional as F\n",
+             "import torch.nn.functional as F\n\nfrom minisgl.distributed import all_reduce as _sum\n"),
             (COLUMN_RETURN, "    return _sum(F.linear(x, weight_shard, bias_shard))")),
            "test_column_forward", "adds the column slices over the ranks, as if it were row parallel"),
     Mutant("column-no-shape-check", CH01, ((COLUMN_CHECK, ""),),
@@ -81,24 +91,27 @@ MUTANTS = [
            "test_row_forward", "bias added on every rank before the all-reduce"),
     Mutant("row-bias-in-place", CH01,
            (("from minisgl.distributed import all_reduce", "from minisgl.distributed import all_reduce, get_tp_info"),
-            (ROW_SUM, "    if bias is not None:\n        partial = partial + bias.div_(get_tp_info().size)  # a share each\n"
+            (ROW_SUM, "    if bias is not None:\n"
+                      "        partial = partial + bias.div_(get_tp_info().size)  # a share each\n"
                       "    return all_reduce(partial)")),
            "test_row_forward", "adds bias / tp on every rank, dividing the caller's bias in place"),
     Mutant("row-direct-all-reduce", CH01,
-           (ROW_IMPORT, (ROW_SUM, "    dist.all_reduce(partial)\n    return partial if bias is None else partial + bias")),
+           (ROW_IMPORT,
+            (ROW_SUM, "    dist.all_reduce(partial)\n    return partial if bias is None else partial + bias")),
            "test_row_forward", "calls torch.distributed.all_reduce directly, around the seam"),
     Mutant("row-engine-layer", CH01,
            (("from minisgl.distributed import all_reduce", "from minisgl.distributed import all_reduce, get_tp_info"),
             (ROW_SUM, "    from minisgl.layers import RowParallelLinear\n"
                       "    with torch.device('meta'):\n"
-                      "        layer = RowParallelLinear(weight_shard.shape[1] * get_tp_info().size, weight_shard.shape[0], "
-                      "bias is not None)\n"
+                      "        layer = RowParallelLinear(weight_shard.shape[1] * get_tp_info().size,\n"
+                      "                                  weight_shard.shape[0], bias is not None)\n"
                       "    layer.weight, layer.bias = weight_shard, bias\n    return layer.forward(x_local)"),),
            "test_row_forward", "delegates to the engine's RowParallelLinear"),
     # ---- chapter 02 -------------------------------------------------------------------------
     Mutant("acks-not-awaited", CH02, (("        _wait_for_acks(processes, acks, deadline, timeout_s)\n", ""),),
            "test_waits_for_every_ack", "returns without waiting for the acks"),
-    Mutant("acks-one-short", CH02, (("    while len(ready) < len(processes):", "    while len(ready) < len(processes) - 1:"),),
+    Mutant("acks-one-short", CH02,
+           (("    while len(ready) < len(processes):", "    while len(ready) < len(processes) - 1:"),),
            "test_waits_for_every_ack", "waits for world_size - 1 acks"),
     Mutant("launch-forks", CH02, (('    ctx = mp.get_context("spawn")', '    ctx = mp.get_context("fork")'),),
            "test_waits_for_every_ack", "forks the ranks (they inherit the launcher's torch, CUDA and ZMQ state)"),
@@ -117,7 +130,8 @@ MUTANTS = [
            "test_rejects_bad_arguments", "starts nothing for world_size 0 and returns, instead of ValueError"),
     # ---- chapter 03 -------------------------------------------------------------------------
     Mutant("unique-id-wrong-root", CH03,
-           ((BROADCAST_ID, "dist.broadcast(id_bytes, src=dist.get_global_rank(cpu_group, dist.get_world_size(cpu_group) - 1), "
+           ((BROADCAST_ID, "last = dist.get_world_size(cpu_group) - 1\n"
+                           "    dist.broadcast(id_bytes, src=dist.get_global_rank(cpu_group, last), "
                            "group=cpu_group)"),),
            "test_unique_id_broadcast", "broadcasts the id from the group's last rank"),
     Mutant("unique-id-made-everywhere", CH03, (("    if dist.get_rank(cpu_group) == 0:", "    if True:"),),
@@ -127,20 +141,25 @@ MUTANTS = [
     Mutant("unique-id-default-group", CH03,
            ((BROADCAST_ID, "dist.broadcast(id_bytes, src=dist.get_global_rank(cpu_group, 0))"),),
            "test_unique_id_broadcast", "broadcasts on the default group instead of the one given"),
-    Mutant("unique-id-global-rank-test", CH03, (("    if dist.get_rank(cpu_group) == 0:", "    if dist.get_rank() == 0:"),),
+    Mutant("unique-id-global-rank-test", CH03,
+           (("    if dist.get_rank(cpu_group) == 0:", "    if dist.get_rank() == 0:"),),
            "test_unique_id_broadcast", "asks whether it is global rank 0, not the group's rank 0"),
     # ---- chapter 04 -------------------------------------------------------------------------
     Mutant("kv-heads-round-robin", CH04, ((KV_RETURN, "        return rank % num_kv_heads, 1"),),
            "test_shard_qkv", "replicated KV heads dealt round-robin to the wrong ranks"),
     Mutant("kv-heads-never-refused", CH04,
-           (('    raise ValueError(f"tp_size={tp_size} neither divides', '    return 0, 1\n    raise ValueError(f"tp_size={tp_size} neither divides'),),
+           (('    raise ValueError(f"tp_size={tp_size} neither divides',
+             '    return 0, 1\n    raise ValueError(f"tp_size={tp_size} neither divides'),),
            "test_kv_heads_of_rank", "hands out KV head 0 when tp does not fit the KV heads"),
     Mutant("qkv-heads-unchecked", CH04,
-           (('    local_heads = _split(num_heads, tp_size, "num_attention_heads")', "    local_heads = num_heads // tp_size"),),
+           (('    local_heads = _split(num_heads, tp_size, "num_attention_heads")',
+             "    local_heads = num_heads // tp_size"),),
            "test_shard_qkv_rejects_what_does_not_split", "shards 8 heads 3 ways without a word"),
     Mutant("row-weight-split-dim-0", CH04,
-           (("        size = _split(tensor.shape[1], tp_size, f\"dim 1 of {name}\")\n        return tensor[:, rank * size:(rank + 1) * size].clone()",
-             "        size = _split(tensor.shape[0], tp_size, f\"dim 0 of {name}\")\n        return tensor[rank * size:(rank + 1) * size].clone()"),),
+           (('        size = _split(tensor.shape[1], tp_size, f"dim 1 of {name}")\n'
+             "        return tensor[:, rank * size:(rank + 1) * size].clone()",
+             '        size = _split(tensor.shape[0], tp_size, f"dim 0 of {name}")\n'
+             "        return tensor[rank * size:(rank + 1) * size].clone()"),),
            "test_shard_rules", "row-parallel weights split on the output dim"),
     Mutant("column-shard-is-a-view", CH04, ((COLUMN_SHARD, "        return tensor[rank * size:(rank + 1) * size]"),),
            "test_shard_rules", "returns a view, which keeps the full tensor alive"),
@@ -158,13 +177,15 @@ MUTANTS = [
            "test_shard_rules", "pads into a float32 tensor: bf16 checkpoints come back as fp32"),
     Mutant("qkv-merge-before-shard", CH04,
            ((SHARD_LOCAL, "        local = full\n"),
-            (FUSED_YIELD, "            yield fused, torch.cat([group[i] for i in range(parts)], dim=0).chunk(tp_size, dim=0)[rank].clone()")),
+            (FUSED_YIELD, "            whole = torch.cat([group[i] for i in range(parts)], dim=0)\n"
+                          "            yield fused, whole.chunk(tp_size, dim=0)[rank].clone()")),
            "test_shard_and_merge", "fuses the full q/k/v first, then splits the fused tensor evenly"),
-    Mutant("merge-in-arrival-order", CH04, ((FUSED_YIELD, "            yield fused, torch.cat(list(group.values()), dim=0)"),),
+    Mutant("merge-in-arrival-order", CH04, ((FUSED_YIELD, ARRIVAL_YIELD),),
            "test_shard_and_merge", "concatenates the parts in the order they arrive"),
     Mutant("merge-keeps-full-tensors", CH04,
            ((SHARD_LOCAL, "        local = full  # kept whole until its group is complete\n"),
-            ("            yield name, local\n", "            yield name, shard_tensor(name, local, rank, tp_size, config)\n"),
+            ("            yield name, local\n",
+             "            yield name, shard_tensor(name, local, rank, tp_size, config)\n"),
             ("        group[slot] = local\n", "        group[slot] = (name, local)\n"),
             (FUSED_YIELD, "            yield fused, torch.cat([shard_tensor(*group[i], rank, tp_size, config) "
                           "for i in range(parts)], dim=0)")),
@@ -183,7 +204,8 @@ MUTANTS = [
     Mutant("vocab-mask-off-by-one", CH05,
            ((EMBED_MASK, "    mine = (input_ids > start) & (input_ids < start + shard_size)"),),
            "test_vocab_embedding", "a shard's first id is treated as foreign (> instead of >=)"),
-    Mutant("vocab-ids-in-place", CH05, ((EMBED_IDS, "    local_ids = input_ids.sub_(start).clamp_(0, shard_size - 1)"),),
+    Mutant("vocab-ids-in-place", CH05,
+           ((EMBED_IDS, "    local_ids = input_ids.sub_(start).clamp_(0, shard_size - 1)"),),
            "test_vocab_embedding", "shifts the caller's input_ids in place"),
     Mutant("vocab-engine-layer", CH05,
            (("    return all_reduce(rows)  # exactly one rank contributed each row",
@@ -198,41 +220,45 @@ MUTANTS = [
            "test_vocab_embedding_rejects_a_wrong_shard", "trusts the shard's size"),
     Mutant("lm-head-padding-kept", CH05, ((HEAD_TRIM, "    return logits"),),
            "test_lm_head", "the padding columns are not trimmed"),
-    Mutant("lm-head-rank-major", CH05,
-           (("    logits = gathered.view(tp, n, shard_size).transpose(0, 1).reshape(n, tp * shard_size)  # shards side by side",
-             "    logits = gathered.reshape(n, tp * shard_size)"),),
+    Mutant("lm-head-rank-major", CH05, ((HEAD_ORDER, "    logits = gathered.reshape(n, tp * shard_size)"),),
            "test_lm_head", "the gathered [tp * n, shard] blocks are reshaped without reordering"),
     Mutant("lm-head-by-all-reduce", CH05,
            ((HEAD_GATHER, "    rank = get_tp_info().rank\n"
                           "    spread = local.new_zeros(tp, n, shard_size)\n    spread[rank] = local\n"
-                          "    gathered = all_reduce(spread).reshape(tp * n, shard_size)  # every block, summed into place"),),
+                          "    gathered = all_reduce(spread).reshape(tp * n, shard_size)  # summed into place"),),
            "test_lm_head", "assembles the logits with an all-reduce of zero-padded blocks instead of one all-gather"),
     Mutant("lm-head-fp32-out", CH05, ((HEAD_TRIM, "    return logits[:, :vocab_size].float()"),),
            "test_lm_head", "returns fp32 logits for bf16 inputs"),
     # ---- chapter 06 -------------------------------------------------------------------------
     Mutant("count-from-last-rank", CH06,
            ((COUNT_BROADCAST, "    last = dist.get_world_size(io.cpu_group) - 1\n"
-                              "    dist.broadcast(count, src=dist.get_global_rank(io.cpu_group, last), group=io.cpu_group)"),),
+                              "    dist.broadcast(count, src=dist.get_global_rank(io.cpu_group, last), "
+                              "group=io.cpu_group)"),),
            "test_receive_step", "broadcasts the count from the last rank"),
     Mutant("empty-step-skipped", CH06,
            ((COUNT_BROADCAST, "    if pulled or not io.tp_info.is_primary:\n"
-                              "        dist.broadcast(count, src=dist.get_global_rank(io.cpu_group, 0), group=io.cpu_group)"),),
-           "test_receive_step", "rank 0 skips the count when it has nothing (the others wait in a broadcast it never joins)"),
+                              "        dist.broadcast(count, src=dist.get_global_rank(io.cpu_group, 0), "
+                              "group=io.cpu_group)"),),
+           "test_receive_step", "rank 0 skips the count when it has nothing (the others wait in a broadcast it "
+           "never joins)"),
     Mutant("count-on-default-group", CH06,
            ((COUNT_BROADCAST, "    dist.broadcast(count, src=dist.get_global_rank(io.cpu_group, 0))"),),
            "test_receive_step", "broadcasts on the default group, not io.cpu_group"),
     Mutant("count-src-zero", CH06, ((COUNT_BROADCAST, "    dist.broadcast(count, src=0, group=io.cpu_group)"),),
            "test_receive_step", "takes global rank 0 as the group's rank 0", world_size=4),
-    Mutant("tp1-broadcasts", CH06, (("    if io.tp_info.size == 1:\n        return list(pulled)  # no peers: nothing to broadcast\n", ""),),
+    Mutant("tp1-broadcasts", CH06,
+           (("    if io.tp_info.size == 1:\n        return list(pulled)  # no peers: nothing to broadcast\n", ""),),
            "test_receive_step", "broadcasts and publishes at tp = 1, where there is no one to tell (and no publisher)"),
     # ---- chapter 07 -------------------------------------------------------------------------
     Mutant("mlp-merge-before-shard", CH07,
            ((MLP_GATE_UP, "    gate_up = torch.cat([gate, up])[2 * tp.rank * size:2 * (tp.rank + 1) * size]"),),
            "test_tp_mlp", "gate_up fused before sharding"),
     Mutant("mlp-uneven-unchecked", CH07, ((MLP_CHECK, ""),),
-           "test_tp_mlp_rejects_an_intermediate_size_tp_does_not_divide", "splits 10 intermediate rows 4 ways silently"),
+           "test_tp_mlp_rejects_an_intermediate_size_tp_does_not_divide",
+           "splits 10 intermediate rows 4 ways silently"),
     Mutant("kv-heads-not-replicated", CH07,
-           (("    q_local, kv_local = heads // tp_size, max(1, kv_heads // tp_size)", "    q_local, kv_local = heads // tp_size, kv_heads // tp_size"),),
+           (("    q_local, kv_local = heads // tp_size, max(1, kv_heads // tp_size)",
+             "    q_local, kv_local = heads // tp_size, kv_heads // tp_size"),),
            "test_local_shapes", "num_kv_heads // tp, which is 0 when tp > num_kv_heads"),
     Mutant("head-dim-from-hidden", CH07,
            (('    head_dim = hf_config.get("head_dim") or hidden // heads', "    head_dim = hidden // heads"),),
@@ -243,10 +269,12 @@ MUTANTS = [
     Mutant("local-shapes-engine-check", CH07,
            (("    valid = valid_tp_sizes(heads, kv_heads, intermediate)",
              "    from minisgl.models.config import ModelConfig\n"
-             "    valid = ModelConfig.from_dict({'architectures': ['LlamaForCausalLM'], **hf_config}).valid_tp_sizes()"),),
+             "    config = ModelConfig.from_dict({'architectures': ['LlamaForCausalLM'], **hf_config})\n"
+             "    valid = config.valid_tp_sizes()"),),
            "test_local_shapes", "asks the engine's ModelConfig for the valid tp sizes"),
     # ---- chapter 09 -------------------------------------------------------------------------
-    Mutant("ring-factor-one-pass", CH09, (("    return 2 * (tp_size - 1) / tp_size", "    return (tp_size - 1) / tp_size"),),
+    Mutant("ring-factor-one-pass", CH09,
+           (("    return 2 * (tp_size - 1) / tp_size", "    return (tp_size - 1) / tp_size"),),
            "test_ring_factor", "ring factor (t - 1) / t instead of 2 (t - 1) / t"),
     Mutant("count-forgets-embedding", CH09,
            (('    return 2 * hf_config["num_hidden_layers"] + 1', '    return 2 * hf_config["num_hidden_layers"]'),),
@@ -255,17 +283,17 @@ MUTANTS = [
                                       "    return 2 * (tp_size - 1) / tp_size"),),
            "test_ring_factor", "tp_size 0 divides by zero instead of raising ValueError"),
     # ---- the capstone (chapter 15): the same functions inside the engine --------------------
-    Mutant("capstone-head-rank-major", CH05,
-           (("    logits = gathered.view(tp, n, shard_size).transpose(0, 1).reshape(n, tp * shard_size)  # shards side by side",
-             "    logits = gathered.reshape(n, tp * shard_size)"),),
+    Mutant("capstone-head-rank-major", CH05, ((HEAD_ORDER, "    logits = gathered.reshape(n, tp * shard_size)"),),
            "test_your_tensor_parallelism_serves_a_model", "LM head blocks out of order: wrong tokens at tp > 1",
            graded_on="15"),
-    Mutant("capstone-merge-arrival", CH04, ((FUSED_YIELD, "            yield fused, torch.cat(list(group.values()), dim=0)"),),
+    Mutant("capstone-merge-arrival", CH04, ((FUSED_YIELD, ARRIVAL_YIELD),),
            "test_your_tensor_parallelism_serves_a_model", "q/k/v fused in checkpoint order (k, q, v)", graded_on="15"),
     Mutant("capstone-engine-head", CH05,
            ((HEAD_TRIM, "    from minisgl.layers import ParallelLMHead\n"
                         "    head = ParallelLMHead.__new__(ParallelLMHead)\n"
-                        "    head.vocab_size, head.shard_size, head._tied_embedding, head.weight = vocab_size, shard_size, None, weight_shard\n"
+                        "    head.vocab_size, head.shard_size, head._tied_embedding = vocab_size, shard_size, None\n"
+                        "    head.weight = weight_shard\n"
                         "    return head.forward(hidden_states)"),),
-           "test_your_tensor_parallelism_serves_a_model", "the engine's own LM head inside the capstone", graded_on="15"),
+           "test_your_tensor_parallelism_serves_a_model", "the engine's own LM head inside the capstone",
+           graded_on="15"),
 ]

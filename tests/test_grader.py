@@ -141,7 +141,8 @@ def test_there_are_enough_distinct_mutants():
 
 def test_a_wrong_tensor_is_reported_per_rank(runs):
     """The row-parallel mutant's failure says which rank, how far off, and where it starts."""
-    output = next(o["output"] for o in _mutant_outcomes(runs, "row-no-all-reduce") if "test_row_forward[" in o["nodeid"])
+    outcomes = _mutant_outcomes(runs, "row-no-all-reduce")
+    output = next(o["output"] for o in outcomes if "test_row_forward[" in o["nodeid"])
     for part in ("rank 0:", "rank 1:", "max abs error", "first bad index"):
         assert part in output, f"{part!r} missing from:\n{output}"
 
@@ -149,7 +150,8 @@ def test_a_wrong_tensor_is_reported_per_rank(runs):
 def test_a_hang_names_the_rank_that_never_joined(runs):
     """Rank 0 skips an empty step's broadcast: the report names it, not only the rank left waiting."""
     output = next(o["output"] for o in _mutant_outcomes(runs, "empty-step-skipped") if o["outcome"] == "failed")
-    assert re.search(r"rank 1 did not finish .* waits in its collective #\d+ \(torch\.distributed\.broadcast\)", output), output
+    stuck = r"rank 1 did not finish .* waits in its collective #\d+ \(torch\.distributed\.broadcast\)"
+    assert re.search(stuck, output), output
     assert "rank 0 returned after" in output and "never joined" in output, output
     assert "_receive_job" not in output, "the report leaks the grader's internal job name"
 
@@ -171,15 +173,15 @@ def test_a_collective_in_the_column_forward_is_graded_not_crashed(runs):
 
 def test_impl_chapters_add_up_per_spec():
     """`--impl A@ch07,A@ch09` grades A on both chapters (it once kept only the last)."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "exercises", "--collect-only", "-q", "-p", "no:cacheprovider",
-                           "--impl", "solutions@ch07,solutions@ch09"], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
-    files = {line.split("::")[0] for line in done.stdout.splitlines() if "::" in line}
-    assert {"exercises/tests/test_ch07_tp_decoder_layer.py", "exercises/tests/test_ch09_communication_volume.py"} <= files
+    command = [sys.executable, "-m", "pytest", "exercises", "--collect-only", "-q", "-p", "no:cacheprovider",
+               "--impl", "solutions@ch07,solutions@ch09"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    files = {line.split("::")[0].removeprefix("exercises/tests/") for line in done.stdout.splitlines() if "::" in line}
+    assert {"test_ch07_tp_decoder_layer.py", "test_ch09_communication_volume.py"} <= files
     quizzes = {re.search(r"(ch\d\d)-Q\d+", line).group(1) for line in done.stdout.splitlines() if "test_quiz[" in line}
     assert quizzes == {"ch07", "ch09"}, done.stdout[-2000:]
-    assert files <= {"exercises/tests/test_ch07_tp_decoder_layer.py", "exercises/tests/test_ch09_communication_volume.py",
-                     "exercises/tests/test_quizzes.py", "exercises/tests/hidden/test_fresh_shapes.py"}, files
+    assert files <= {"test_ch07_tp_decoder_layer.py", "test_ch09_communication_volume.py", "test_quizzes.py",
+                     "hidden/test_fresh_shapes.py"}, files
 
 
 def test_selecting_one_question_keeps_its_own_points(tmp_path):

@@ -64,7 +64,8 @@ def check_stubs(root: Path = ROOT) -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef):
                 body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-                stub = len(body) == 1 and isinstance(body[0], ast.Raise) and "NotImplementedError" in ast.unparse(body[0])
+                raises = len(body) == 1 and isinstance(body[0], ast.Raise)
+                stub = raises and "NotImplementedError" in ast.unparse(body[0])
                 if not stub:
                     raise ReleaseError(f"{path.relative_to(root)}: {node.name}() is not a stub; build from a clean "
                                        "checkout (git stash) so that no answer ships")

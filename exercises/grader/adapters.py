@@ -41,7 +41,8 @@ def resolve_impl(spec: str) -> str:
     if path.is_dir():
         return str(path.resolve())
     if "/" in spec or spec.startswith("."):
-        raise ImplementationError(f"--impl {spec!r} is not a directory; pass exercises, solutions, a package dir or a module")
+        raise ImplementationError(f"--impl {spec!r} is not a directory; pass exercises, solutions, a package dir "
+                                  "or a module")
     return spec
 
 

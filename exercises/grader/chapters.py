@@ -23,7 +23,8 @@ def chapter_of(task_id: str) -> str:
     slug = task_id.split("/", 1)[0]
     number = slug[:2]
     if CHAPTERS.get(number) != slug:
-        raise ValueError(f"task id {task_id!r} does not start with a chapter slug; known: {', '.join(CHAPTERS.values())}")
+        raise ValueError(f"task id {task_id!r} does not start with a chapter slug; "
+                         f"known: {', '.join(CHAPTERS.values())}")
     return number
 
 

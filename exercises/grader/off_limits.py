@@ -22,6 +22,7 @@ LINEAR = "minisgl.layers.linear"
 EMBEDDING = "minisgl.layers.embedding"
 WEIGHT = "minisgl.models.weight"
 RANKS = "minisgl.server.ranks"
+IO = "minisgl.scheduler.io"
 
 _COLUMN = (f"{LINEAR}:_LinearBase.forward", f"{LINEAR}:_LinearBase.forward_rms_normed")
 _ROW = (f"{LINEAR}:RowParallelLinear.forward", f"{LINEAR}:RowParallelLinear._sum_partials",
@@ -52,7 +53,7 @@ OFF_LIMITS: dict[str, tuple[str, ...]] = {
     "04-weight-sharding/shard-then-merge": _KV_HEADS + _LOADER + _VOCAB_SHARD,
     "05-vocab-parallelism/vocab-embedding": (f"{EMBEDDING}:VocabParallelEmbedding.forward",) + _VOCAB_SHARD,
     "05-vocab-parallelism/lm-head": (f"{EMBEDDING}:ParallelLMHead.forward",) + _VOCAB_SHARD + _COLUMN,
-    "06-rank0-broadcast/receive-step": ("minisgl.scheduler.io:ZmqIO.receive", "minisgl.scheduler.io:ZmqIO._broadcast_count"),
+    "06-rank0-broadcast/receive-step": (f"{IO}:ZmqIO.receive", f"{IO}:ZmqIO._broadcast_count"),
     "07-tp-decoder-layer/tp-mlp": _COLUMN + _ROW + ("minisgl.models.llama:LlamaMLP.forward",),
     "07-tp-decoder-layer/local-shapes": _LOCAL_SIZES + _KV_HEADS + _VOCAB_SHARD,
 }

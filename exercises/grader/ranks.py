@@ -115,7 +115,8 @@ class RankPool:
             except queue.Empty:
                 dead = [p.name for p in self._processes if p.exitcode is not None]
                 if dead or time.monotonic() > deadline:
-                    raise RuntimeError(f"grader ranks did not start ({self.backend}): dead {dead}, ready {sorted(ready)}") from None
+                    raise RuntimeError(f"grader ranks did not start ({self.backend}): dead {dead}, "
+                                       f"ready {sorted(ready)}") from None
                 continue
             if status != "ready":
                 raise RuntimeError(f"grader rank {rank} failed to join the group: {status}")

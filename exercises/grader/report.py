@@ -68,7 +68,8 @@ class GradeReport:
         record = self.records.get(item.nodeid)
         if record is None:
             impl = _impl_of(item) or getattr(item, "funcargs", {}).get("impl", "")
-            record = self.records[item.nodeid] = Record(item.nodeid, marker.args[0], self.points.get(item.nodeid, 0.0), impl)
+            points = self.points.get(item.nodeid, 0.0)
+            record = self.records[item.nodeid] = Record(item.nodeid, marker.args[0], points, impl)
         if record.outcome in ("not_attempted", "submitted", "error") and report.when == "teardown":
             return  # keep the first reason
         if report.passed and report.when == "call":

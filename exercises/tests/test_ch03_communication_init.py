@@ -59,5 +59,6 @@ def test_unique_id_broadcast(impl, run_ranks, world_size, group):
             problems.append(f"rank {rank} (rank {result['group_rank']} of its group): called create_id "
                             f"{result['calls']} times, expected {wanted_calls}")
     if problems:
-        raise WrongAnswer(f"broadcast_unique_id at world size {world_size}, {group} group(s):\n  " + "\n  ".join(problems))
+        raise WrongAnswer(f"broadcast_unique_id at world size {world_size}, {group} group(s):\n  "
+                          + "\n  ".join(problems))
     assert_collectives(f"broadcast_unique_id ({group} group)", results, {(BROADCAST, group): 1})

@@ -86,7 +86,8 @@ def test_shard_qkv(impl, heads, kv, tp, dtype):
         local = heads // tp
         expected = torch.cat([q[rank * local * d:(rank + 1) * local * d], k[first * d:(first + count) * d],
                               v[first * d:(first + count) * d]])
-        got, changed = watch({"q": q, "k": k, "v": v}, lambda: adapters.shard_qkv(impl, q, k, v, rank, tp, heads, kv, d))
+        got, changed = watch({"q": q, "k": k, "v": v},
+                             lambda: adapters.shard_qkv(impl, q, k, v, rank, tp, heads, kv, d))
         if changed:
             raise WrongAnswer(f"shard_qkv modified its inputs {changed}; the caller still needs them")
         if not isinstance(got, torch.Tensor) or got.shape != expected.shape or not torch.equal(got, expected):
@@ -102,7 +103,7 @@ def test_shard_qkv(impl, heads, kv, tp, dtype):
 
 @pytest.mark.task("04-weight-sharding/qkv-gqa")
 def test_shard_qkv_rejects_what_does_not_split(impl):
-    q, k, v = _numbered(HEADS * HEAD_DIM, HIDDEN), _numbered(KV_HEADS * HEAD_DIM, HIDDEN), _numbered(KV_HEADS * HEAD_DIM, HIDDEN)
+    q, k, v = (_numbered(heads * HEAD_DIM, HIDDEN) for heads in (HEADS, KV_HEADS, KV_HEADS))
     k1, v1 = k[:HEAD_DIM], v[:HEAD_DIM]  # one KV head: 3 ranks may share it, but 8 query heads do not split 3 ways
     assert_value_error("shard_qkv with 8 heads (1 KV head) at tp=3",
                        lambda: adapters.shard_qkv(impl, q, k1, v1, 0, 3, HEADS, 1, HEAD_DIM))
@@ -129,7 +130,8 @@ def _checkpoint(dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
         "lm_head.weight": (VOCAB, HIDDEN),
         layer + "self_attn.rotary_emb.inv_freq": (HEAD_DIM // 2,),
     }
-    return {name: _numbered(*shape, offset=100_000 * i, dtype=dtype) for i, (name, shape) in enumerate(sorted(shapes.items()))}
+    return {name: _numbered(*shape, offset=100_000 * i, dtype=dtype)
+            for i, (name, shape) in enumerate(sorted(shapes.items()))}
 
 
 def _expected_shard(name: str, full: torch.Tensor, rank: int, tp: int) -> torch.Tensor:

@@ -67,7 +67,8 @@ def test_vocab_embedding(impl, run_ranks, world_size, dtype, tp):
 
 def _lm_head_job(ctx: RankContext, impl: str, tp_size: int, hidden: torch.Tensor, table: torch.Tensor):
     rank = ctx.rank if tp_size > 1 else 0
-    inputs = {"hidden_states": hidden.to(ctx.device), "weight_shard": _padded_shard(table, rank, tp_size).to(ctx.device)}
+    inputs = {"hidden_states": hidden.to(ctx.device),
+              "weight_shard": _padded_shard(table, rank, tp_size).to(ctx.device)}
     with tp_view(rank, tp_size):
         out, changed = watch(inputs, lambda: adapters.parallel_lm_head(impl, *inputs.values(), VOCAB))
     return (out.cpu() if isinstance(out, torch.Tensor) else out), changed

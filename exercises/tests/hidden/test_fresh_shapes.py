@@ -34,7 +34,8 @@ def test_row_forward_fresh_shapes(impl, run_ranks, world_size):
     rng = _rng(1)
     tokens, in_features, out_features = rng.randint(1, 9), world_size * rng.randint(1, 16), rng.randint(1, 40)
     generator = torch.Generator().manual_seed(SEED)
-    x, weight = torch.randn(tokens, in_features, generator=generator), torch.randn(out_features, in_features, generator=generator)
+    x = torch.randn(tokens, in_features, generator=generator)
+    weight = torch.randn(out_features, in_features, generator=generator)
     bias = torch.randn(out_features, generator=generator)
     results = run_ranks(_row_job, impl=impl, x=x, weight=weight, bias=bias)
     expected = F.linear(x.double(), weight.double(), bias.double())
@@ -58,7 +59,8 @@ def test_lm_head_fresh_vocabulary(impl, run_ranks, world_size):
     rng = _rng(2)
     vocab, hidden_size, positions = rng.randint(world_size, 60), rng.randint(1, 12), rng.randint(1, 5)
     generator = torch.Generator().manual_seed(SEED + 2)
-    table, hidden = torch.randn(vocab, hidden_size, generator=generator), torch.randn(positions, hidden_size, generator=generator)
+    table = torch.randn(vocab, hidden_size, generator=generator)
+    hidden = torch.randn(positions, hidden_size, generator=generator)
     results = run_ranks(_lm_head_job, impl=impl, hidden=hidden, table=table, vocab=vocab)
     assert_ranks_close(f"parallel_lm_head, V={vocab}, hidden {hidden_size}, {positions} positions (seed {SEED})",
                        [r.value for r in results], F.linear(hidden.double(), table.double()), torch.float32,
@@ -70,7 +72,8 @@ def test_lm_head_fresh_vocabulary(impl, run_ranks, world_size):
 def test_shard_qkv_fresh_heads(impl):
     rng = _rng(3)
     kv = rng.choice([1, 2, 4])
-    heads, tp, head_dim, hidden = kv * rng.choice([1, 2, 3]), rng.choice([1, 2, 4, 8]), rng.randint(1, 5), rng.randint(1, 7)
+    heads, tp = kv * rng.choice([1, 2, 3]), rng.choice([1, 2, 4, 8])
+    head_dim, hidden = rng.randint(1, 5), rng.randint(1, 7)
     if heads % tp or (kv % tp and tp % kv):
         tp = 1
     q, k, v = (torch.randn(n * head_dim, hidden) for n in (heads, kv, kv))
@@ -78,8 +81,8 @@ def test_shard_qkv_fresh_heads(impl):
         local = heads // tp
         first = rank * kv // tp if kv < tp else rank * (kv // tp)
         count = max(1, kv // tp)
-        expected = torch.cat([q[rank * local * head_dim:(rank + 1) * local * head_dim],
-                              k[first * head_dim:(first + count) * head_dim], v[first * head_dim:(first + count) * head_dim]])
+        kv_rows = slice(first * head_dim, (first + count) * head_dim)
+        expected = torch.cat([q[rank * local * head_dim:(rank + 1) * local * head_dim], k[kv_rows], v[kv_rows]])
         got = adapters.shard_qkv(impl, q, k, v, rank, tp, heads, kv, head_dim)
         if not isinstance(got, torch.Tensor) or got.shape != expected.shape or not torch.equal(got, expected):
             raise WrongAnswer(f"shard_qkv: {heads} heads, {kv} KV heads, head_dim {head_dim}, tp={tp}, rank {rank} "
