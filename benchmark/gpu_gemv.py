@@ -62,13 +62,14 @@ def main() -> None:
     for name in args.shapes:
         shape = SHAPES[name]
         for layer, (n, k) in layer_linears(shape).items():
-            weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(shape["num_hidden_layers"])]
+            weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+                       for _ in range(shape["num_hidden_layers"])]
             for rows in args.rows:
                 x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
                 cublas = time_per_call(lambda x, w: F.linear(x, w), weights, x)
                 gemv = time_per_call(lambda x, w: small_batch_linear(x, w), weights, x)
-                print(f"{name:<14}{layer:<14}{f'{n}x{k}':>12}{rows:>6}{cublas:>11.2f}{gemv:>9.2f}{cublas / gemv:>12.2f}x",
-                      flush=True)
+                print(f"{name:<14}{layer:<14}{f'{n}x{k}':>12}{rows:>6}{cublas:>11.2f}{gemv:>9.2f}"
+                      f"{cublas / gemv:>12.2f}x", flush=True)
             del weights
 
 

@@ -1,9 +1,10 @@
 """Peak host memory while one rank streams its weights in (shard first, then merge).
 
 Samples this process's anonymous RSS (RssAnon: heap memory, not the page cache of the memory-mapped
-checkpoint file, which the kernel can drop at any time) every millisecond while `Engine` loads the checkpoint, then prints the
-RSS before loading, at its peak, and after loading, next to the largest single tensor: the peak
-should exceed the final size by about one full tensor plus the merge buffer, never the checkpoint.
+checkpoint file, which the kernel can drop at any time) every millisecond while `Engine` loads the
+checkpoint, then prints the RSS before loading, at its peak, and after loading, next to the largest
+single tensor: the peak should exceed the final size by about one full tensor plus the merge
+buffer, never the checkpoint.
 
     python benchmark/load_memory.py                    # embedded SmolLM2, tp = 1
     python benchmark/load_memory.py --tp 3 --rank 1    # what rank 1 of 3 holds
@@ -71,7 +72,8 @@ def main() -> None:
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    for name, tensor in load_weights(model_dir, config, args.rank, args.tp, torch.float32, torch.device("cpu"), progress=False):
+    loaded = load_weights(model_dir, config, args.rank, args.tp, torch.float32, torch.device("cpu"), progress=False)
+    for name, tensor in loaded:
         model.set_weight(name, tensor)
     done.set()
     sampler.join()

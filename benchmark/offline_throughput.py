@@ -31,7 +31,8 @@ def make_prompts(tokenizer, count: int, seed: int) -> list[list[int]]:
     for i in range(count):
         detail = int(torch.randint(1, 4, (1,), generator=generator))
         question = f"Explain {topics[i % len(topics)]} in {detail * 2} sentences" + " please" * detail + "."
-        text = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True, tokenize=False)
+        chat = [{"role": "user", "content": question}]
+        text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
         prompts.append(tokenizer(text, add_special_tokens=False)["input_ids"])
     return prompts
 
@@ -87,7 +88,8 @@ def main() -> None:
 
     print(f"model {model_dir.name if hasattr(model_dir, 'name') else model_dir}, {args.dtype}, "
           f"{args.threads} threads, tp={args.tp}, "
-          + (f"up to {args.new_tokens} tokens, stop at EOS" if args.until_eos else f"{args.new_tokens} new tokens per request"))
+          + (f"up to {args.new_tokens} tokens, stop at EOS" if args.until_eos
+             else f"{args.new_tokens} new tokens per request"))
     print(f"{'batch':>5} {'transformers tok/s':>19} {'minisgl tok/s':>14} {'ratio':>6}")
     for batch_size in args.batch_sizes:
         prompts = make_prompts(tokenizer, batch_size, seed=batch_size)

@@ -1,10 +1,11 @@
 """Chapter 02 (launch): start one process per rank and wait until every rank says it is ready.
 
-The engine's launcher (minisgl/server/ranks.py) spawns one scheduler process per TP rank, then
-waits on an ack queue: each rank puts ("ready", rank, detail) when its model is loaded, or
-("error", rank, detail) when it could not start. A launcher that does not wait serves requests to
-ranks that are not there; one that waits forever hangs when a rank dies; one that gives up but
-leaves the other ranks running leaks processes.
+The engine's launcher (minisgl/process/group.py) spawns one scheduler process per TP rank, then
+waits on an ack queue: each rank puts ("ready", key, detail) when its model is loaded, or
+("error", key, detail) when it could not start (the engine's key is the process name; here it is
+the rank). A launcher that does not wait serves requests to ranks that are not there; one that
+waits forever hangs when a rank dies; one that gives up but leaves the other ranks running leaks
+processes.
 """
 
 from __future__ import annotations
@@ -34,6 +35,6 @@ def start_ranks(target: RankTarget, world_size: int, timeout_s: float) -> list[B
     - raise ValueError, before starting anything, when world_size < 1 or timeout_s <= 0.
 
     May use: the standard library (multiprocessing, queue, time). Nothing of minisgl (its
-    RankGroup is the engine's answer to this task).
+    ChildGroup and wait_for_acks, in minisgl/process/group.py, are the engine's answer to this task).
     """
     raise NotImplementedError("02-launch/start-ranks")

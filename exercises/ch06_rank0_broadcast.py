@@ -7,8 +7,8 @@ a second collective. The other ranks learn the count from the same collective an
 that many messages from their SUB socket. `io` is the engine's `minisgl.scheduler.io.ZmqIO`:
 - io.tp_info: this rank's DistributedInfo (`.rank`, `.size`, `.is_primary`);
 - io.cpu_group: the gloo process group;
-- io.publisher.send(payload: bytes): rank 0 only, publishes to every other rank;
-- io.subscriber.recv() -> bytes: other ranks only, the next published payload (blocks).
+- io.publisher.put_raw(payload: bytes): rank 0 only, publishes to every other rank;
+- io.subscriber.get_raw() -> bytes: other ranks only, the next published payload (blocks).
 """
 
 from __future__ import annotations
@@ -25,13 +25,16 @@ def receive_step(io: ZmqIO, pulled: list[bytes]) -> list[bytes]:
     Contract:
     - at tp = 1 (io.tp_info.size == 1) there is no one to tell: return the payloads, with no
       collective and no socket;
-    - otherwise rank 0 broadcasts len(pulled), as an int64 tensor of shape [1], over io.cpu_group
-      (never the default group) from the group's rank 0 - global rank
-      `dist.get_global_rank(io.cpu_group, 0)`, which need not be 0 - even when the count is 0,
-      then publishes each payload; every other rank takes part in the same broadcast and then
-      receives exactly that many payloads. Exactly one broadcast per step, no other collective.
+    - otherwise rank 0 broadcasts len(pulled) over io.cpu_group (never the default group) from the
+      group's rank 0 - which need not be global rank 0 - even when the count is 0, then publishes
+      each payload; every other rank takes part in the same broadcast and then receives exactly
+      that many payloads. Exactly one broadcast per step, no other collective.
+      `minisgl.distributed.broadcast_count(count, group)` is that broadcast; written by hand it is
+      an int64 tensor of shape [1] and `torch.distributed.broadcast(..., group=io.cpu_group,
+      group_src=0)` (or src=`dist.get_global_rank(io.cpu_group, 0)`).
 
-    May use: torch, torch.distributed, and the four attributes of `io` listed above. Not ZmqIO's
-    own methods (its `receive` is the engine's answer to this task).
+    May use: torch, torch.distributed, minisgl.distributed.broadcast_count, and the four
+    attributes of `io` listed above. Not ZmqIO's own methods (its `receive` is the engine's answer
+    to this task).
     """
     raise NotImplementedError("06-rank0-broadcast/receive-step")

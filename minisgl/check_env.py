@@ -34,14 +34,16 @@ def check_python() -> Check:
     if sys.version_info[:2] >= MIN_PYTHON:
         return Check("python", "OK", f"{version} at {sys.executable}")
     need = ".".join(map(str, MIN_PYTHON))
-    return Check("python", "FAIL", f"{version}; minisgl needs >= {need}", f"install Python >= {need} and recreate the venv (make clean install)")
+    return Check("python", "FAIL", f"{version}; minisgl needs >= {need}",
+                 f"install Python >= {need} and recreate the venv (make clean install)")
 
 
 def check_torch() -> Check:
     try:
         import torch
     except ImportError as error:
-        return Check("torch", "FAIL", f"not importable ({error})", "make install (it pins torch==2.13.0, the CPU build)")
+        return Check("torch", "FAIL", f"not importable ({error})",
+                     "make install (it pins torch==2.13.0, the CPU build)")
     build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU build"
     return Check("torch", "OK", f"{torch.__version__} ({build}), {torch.get_num_threads()} threads")
 
@@ -54,7 +56,8 @@ def check_gloo() -> Check:
     except ImportError:
         return Check("gloo", "FAIL", "torch is missing", "fix torch first")
     if not (dist.is_available() and dist.is_gloo_available()):
-        return Check("gloo", "FAIL", "this torch build has no gloo backend", "install the official torch wheel: make clean install")
+        return Check("gloo", "FAIL", "this torch build has no gloo backend",
+                     "install the official torch wheel: make clean install")
     try:
         group = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, timedelta(seconds=10))
         x = torch.ones(4)
@@ -73,7 +76,10 @@ def check_cuda() -> Check:
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name(0)
         return Check("cuda", "OK", f"CUDA {torch.version.cuda}, device 0: {name}", required=False)
-    why = "this torch is a CPU build" if not torch.version.cuda else "torch sees no CUDA device (driver? CUDA_VISIBLE_DEVICES?)"
+    if not torch.version.cuda:
+        why = "this torch is a CPU build"
+    else:
+        why = "torch sees no CUDA device (driver? CUDA_VISIBLE_DEVICES?)"
     return Check("cuda", "SKIP", f"no GPU: {why}; every chapter runs on the CPU",
                  "for GPU runs: an NVIDIA driver plus a CUDA build of torch (pick one on pytorch.org's "
                  "install page, then pip install -e '.[gpu]')", required=False)
@@ -174,7 +180,8 @@ def check_cpu() -> Check:
     dtype = resolve_dtype("auto", torch.device("cpu"))
     why = "this CPU computes bf16 natively" if dtype == torch.bfloat16 else "no native bf16 here"
     cores = os.cpu_count() or 1
-    return Check("cpu", "OK", f"{platform.machine()}, {cores} cores; dtype auto -> {str(dtype).removeprefix('torch.')} ({why})")
+    dtype_name = str(dtype).removeprefix("torch.")
+    return Check("cpu", "OK", f"{platform.machine()}, {cores} cores; dtype auto -> {dtype_name} ({why})")
 
 
 CHECKS: list[Callable[[], Check]] = [

@@ -8,9 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
+
+if TYPE_CHECKING:
+    from minisgl.attention import AttentionBackend
 
 
 @dataclass
@@ -50,10 +53,6 @@ class Req:
     pages: list[int] = field(default_factory=list)  # page table: KV pages reserved at admission
     cached_len: int = 0  # tokens whose K/V are already in the pool
     generator: torch.Generator | None = None  # per-request RNG, so sampling is the same on every rank
-
-    @property
-    def all_ids(self) -> list[int]:
-        return self.input_ids + self.output_ids
 
     @property
     def total_len(self) -> int:
@@ -96,14 +95,14 @@ class ForwardContext:
     """The batch being computed and the attention backend that computes its attention."""
 
     batch: Batch
-    attn_backend: Any
+    attn_backend: AttentionBackend
 
 
 _CTX: ForwardContext | None = None
 
 
 @contextmanager
-def forward_context(batch: Batch, attn_backend: Any) -> Iterator[ForwardContext]:
+def forward_context(batch: Batch, attn_backend: AttentionBackend) -> Iterator[ForwardContext]:
     global _CTX
     _CTX = ForwardContext(batch, attn_backend)
     try:

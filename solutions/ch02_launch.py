@@ -1,5 +1,5 @@
 """Chapter 02 reference: spawn the ranks, then wait for their acks against one deadline while
-watching for ranks that die first; on any failure stop them all (minisgl/server/ranks.py does the
+watching for ranks that die first; on any failure stop them all (minisgl/process/group.py does the
 same for the engine's schedulers)."""
 
 from __future__ import annotations

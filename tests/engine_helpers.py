@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-from minisgl.core import Req, SamplingParams, forward_context
+from minisgl.core import Req, SamplingParams
 from minisgl.engine.engine import Engine
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.batch import make_prefill_batch
@@ -22,9 +22,7 @@ def minisgl_last_logits(model_dir: Path, prompts: list[list[int]], dtype: str = 
         req.pages = engine.kv_pool.allocator.allocate(engine.kv_pool.pages_for(len(prompt)))
         reqs.append(req)
     batch = make_prefill_batch(reqs, [len(p) for p in prompts], engine.kv_pool, engine.device)
-    engine.attn_backend.prepare(batch)
-    with torch.inference_mode(), forward_context(batch, engine.attn_backend):
-        return engine.model.forward(batch)
+    return engine.forward_logits(batch)
 
 
 def transformers_last_logits(model_dir: Path, prompts: list[list[int]], dtype: str = "float32") -> torch.Tensor:

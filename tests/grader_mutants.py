@@ -57,7 +57,18 @@ EMBED_IDS = "    local_ids = torch.where(mine, input_ids - start, 0)  # foreign 
 SHARD_CHECK_EMBED = '    shard_size = _shard_size(weight_shard, vocab_size, "vocab_parallel_embedding")'
 HEAD_GATHER = "    gathered = all_gather(local)  # [tp * n, shard_size], rank-major"
 HEAD_TRIM = "    return logits[:, :vocab_size]  # drop the padding columns"
-COUNT_BROADCAST = "    dist.broadcast(count, src=dist.get_global_rank(io.cpu_group, 0), group=io.cpu_group)"
+COUNT_BROADCAST = "    count = broadcast_count(len(pulled), io.cpu_group)  # every rank, every step, even when it is 0"
+
+
+LAST_OF_GROUP = "dist.get_global_rank(io.cpu_group, dist.get_world_size(io.cpu_group) - 1)"
+
+
+def hand_count(src: str) -> str:
+    """The count broadcast written with torch.distributed, from global rank `src`."""
+    return ("    import torch\n    import torch.distributed as dist\n"
+            "    counts = torch.tensor([len(pulled)], dtype=torch.int64)\n"
+            f"    dist.broadcast(counts, src={src}, group=io.cpu_group)\n"
+            "    count = int(counts.item())")
 MLP_GATE_UP = "    gate_up = torch.cat([gate[rows], up[rows]])  # [2 * intermediate / tp, hidden]: shard, then fuse"
 MLP_CHECK = ('    if intermediate % tp.size != 0:\n        raise ValueError(f"tp_size={tp.size} does not divide '
              'intermediate_size={intermediate}")\n')
@@ -231,20 +242,18 @@ MUTANTS = [
            "test_lm_head", "returns fp32 logits for bf16 inputs"),
     # ---- chapter 06 -------------------------------------------------------------------------
     Mutant("count-from-last-rank", CH06,
-           ((COUNT_BROADCAST, "    last = dist.get_world_size(io.cpu_group) - 1\n"
-                              "    dist.broadcast(count, src=dist.get_global_rank(io.cpu_group, last), "
-                              "group=io.cpu_group)"),),
+           ((COUNT_BROADCAST, hand_count(LAST_OF_GROUP)),),
            "test_receive_step", "broadcasts the count from the last rank"),
     Mutant("empty-step-skipped", CH06,
-           ((COUNT_BROADCAST, "    if pulled or not io.tp_info.is_primary:\n"
-                              "        dist.broadcast(count, src=dist.get_global_rank(io.cpu_group, 0), "
-                              "group=io.cpu_group)"),),
+           ((COUNT_BROADCAST, "    skip = io.tp_info.is_primary and not pulled\n"
+                              "    count = 0 if skip else broadcast_count(len(pulled), io.cpu_group)"),),
            "test_receive_step", "rank 0 skips the count when it has nothing (the others wait in a broadcast it "
            "never joins)"),
     Mutant("count-on-default-group", CH06,
-           ((COUNT_BROADCAST, "    dist.broadcast(count, src=dist.get_global_rank(io.cpu_group, 0))"),),
+           ((COUNT_BROADCAST, "    import torch.distributed as dist\n"
+                              "    count = broadcast_count(len(pulled), dist.group.WORLD)"),),
            "test_receive_step", "broadcasts on the default group, not io.cpu_group"),
-    Mutant("count-src-zero", CH06, ((COUNT_BROADCAST, "    dist.broadcast(count, src=0, group=io.cpu_group)"),),
+    Mutant("count-src-zero", CH06, ((COUNT_BROADCAST, hand_count("0")),),
            "test_receive_step", "takes global rank 0 as the group's rank 0", world_size=4),
     Mutant("tp1-broadcasts", CH06,
            (("    if io.tp_info.size == 1:\n        return list(pulled)  # no peers: nothing to broadcast\n", ""),),

@@ -12,7 +12,7 @@ import torch
 from minisgl import LLM, SamplingParams
 from minisgl.attention.base import resolve_attention_backend
 from minisgl.models.config import ModelError
-from minisgl.server.ranks import LaunchError
+from minisgl.process import LaunchError
 
 
 def _one_line(error: BaseException) -> str:

@@ -91,9 +91,10 @@ WQ, WK, WV = torch.randn(32, 16), torch.randn(8, 16), torch.randn(8, 16)
 
 def _qkv(rank: int, size: int) -> tuple[int, int, torch.Tensor]:
     layer = QKVParallelLinear(16, 4, 8, 2)
-    shards = [shard_tensor(f"l.self_attn.{n}_proj.weight", w, rank, size, QKV_CONFIG) for n, w in zip("qkv", (WQ, WK, WV))]
+    shards = [shard_tensor(f"l.self_attn.{n}_proj.weight", w, rank, size, QKV_CONFIG)
+              for n, w in zip("qkv", (WQ, WK, WV))]
     layer.weight = torch.cat(shards, dim=0)
-    return layer.local_num_heads, layer.local_num_kv_heads, layer.forward(X[:, :16])
+    return layer.local_q_heads, layer.local_kv_heads, layer.forward(X[:, :16])
 
 
 @pytest.mark.timeout(120)
@@ -112,7 +113,8 @@ def test_qkv_replicates_kv_heads_to_the_ranks_whose_queries_use_them(tp: int) ->
 
 
 def test_tp_size_errors_name_the_valid_sizes() -> None:
-    with pytest.raises(ValueError, match=r"tp_size=3 does not divide num_attention_heads=8; valid tp sizes: 1, 2, 4, 8"):
+    expected = "tp_size=3 does not divide num_attention_heads=8; valid tp sizes: 1, 2, 4, 8"
+    with pytest.raises(ValueError, match=expected):
         QKV_CONFIG.check_tp_size(3)
 
 

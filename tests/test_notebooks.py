@@ -62,7 +62,8 @@ def test_lesson_has_the_chapter_anatomy(chapter: Path):
     assert all(p >= 0 for p in positions), f"missing sections: {[s for s, p in zip(SECTIONS, positions) if p < 0]}"
     assert positions == sorted(positions), "sections out of order"
     head = lesson.split("\n## ", 1)[0]
-    assert "**Hardware.**" in head and "**On GPUs.**" in head, "the top must say what hardware it needs and what changes on GPUs"
+    assert "**Hardware.**" in head and "**On GPUs.**" in head, \
+        "the top must say what hardware it needs and what changes on GPUs"
     exercises = lesson.split("## Exercises\n", 1)[1].split("\n## ", 1)[0]
     assert f"pytest exercises -m ch{chapter.name[:2]}" in exercises
 

@@ -14,8 +14,11 @@ CASES = {
     "max-tokens": [SamplingParams(temperature=0, max_tokens=n) for n in (3, 12, 7, 1, 20)],
     "stop-ids": [SamplingParams(temperature=0, max_tokens=30, stop_token_ids=[t]) for t in range(40, 45)],
     # a sampled request turns overlap off while it runs, and back on after it leaves
-    "with-sampling": [SamplingParams(temperature=0, max_tokens=10), SamplingParams(temperature=0.8, max_tokens=4, seed=3)]
-    + [SamplingParams(temperature=0, max_tokens=9)] * 3,
+    "with-sampling": [
+        SamplingParams(temperature=0, max_tokens=10),
+        SamplingParams(temperature=0.8, max_tokens=4, seed=3),
+        *[SamplingParams(temperature=0, max_tokens=9)] * 3,
+    ],
 }
 
 
@@ -63,5 +66,6 @@ def test_overlap_schedules_no_request_past_its_length_limit(tiny_model_dir) -> N
     the kernels' numerics may depend on."""
     model_dir = tiny_model_dir("qwen3")
     plain = _decode_batch_sizes(model_dir, overlap=False)
-    assert plain[0] == sum(p.max_tokens > 1 for p in CASES["max-tokens"]) and plain[-1] == 1  # max_tokens=1: prefill only
+    # max_tokens=1: prefill only
+    assert plain[0] == sum(p.max_tokens > 1 for p in CASES["max-tokens"]) and plain[-1] == 1
     assert _decode_batch_sizes(model_dir, overlap=True) == plain

@@ -63,7 +63,8 @@ def test_finish_reasons_max_tokens_stop_ids_and_eos(llama_dir) -> None:
 
 def test_seeded_sampling_is_reproducible_and_seed_dependent(llama_dir) -> None:
     prompts = _prompts(3)
-    params = [SamplingParams(temperature=1.0, top_p=0.9, top_k=50, max_tokens=24, seed=s, ignore_eos=True) for s in (7, 7, 8)]
+    params = [SamplingParams(temperature=1.0, top_p=0.9, top_k=50, max_tokens=24, seed=s, ignore_eos=True)
+              for s in (7, 7, 8)]
     first = _generate(llama_dir, prompts[:1] * 3, params)
     assert first[0] == first[1]
     assert first[0] != first[2]

@@ -70,18 +70,15 @@ def share_unique_id(rank: int, world_size: int) -> str:
     Real code gets the id from ncclGetUniqueId() and then calls ncclCommInitRank(id, size, rank);
     random bytes stand in for it here, which is all the broadcast cares about.
     """
-    unique_id = torch.zeros(NCCL_UNIQUE_ID_BYTES, dtype=torch.uint8)
-    if rank == 0:
-        unique_id = torch.frombuffer(bytearray(os.urandom(NCCL_UNIQUE_ID_BYTES)), dtype=torch.uint8)
-    dist.broadcast(unique_id, src=0)  # CPU tensor, gloo: works before any GPU communicator exists
-    return bytes(unique_id.tolist()).hex()[:16] + "..."
+    unique_id = os.urandom(NCCL_UNIQUE_ID_BYTES) if rank == 0 else bytes(NCCL_UNIQUE_ID_BYTES)
+    # a CPU uint8 tensor over gloo: works before any GPU communicator exists
+    unique_id = msd.broadcast_bytes(unique_id, dist.group.WORLD)
+    return unique_id.hex()[:16] + "..."
 
 
 def agree_on_pages(rank: int, world_size: int, my_pages: list[int]) -> int:
     """A control-plane collective: every rank proposes a KV page count, all take the minimum."""
-    pages = torch.tensor([my_pages[rank]], dtype=torch.int64)
-    dist.all_reduce(pages, op=dist.ReduceOp.MIN)
-    return int(pages.item())
+    return msd.min_over_ranks(my_pages[rank], dist.group.WORLD)
 
 
 def skip_collective(rank: int, world_size: int) -> float:

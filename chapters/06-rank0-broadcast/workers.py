@@ -9,20 +9,20 @@ from pathlib import Path
 import torch.distributed as dist
 
 from minisgl.distributed import get_tp_info
-from minisgl.message import GenerateRequest
+from minisgl.message import GenerateRequest, IpcAddresses
 from minisgl.scheduler import LocalIO, Scheduler, ZmqIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from course import engine_on_this_rank  # noqa: E402
 
 
-def receive_all(rank: int, world_size: int, addrs: dict[str, str], expected: int) -> list[list[int]]:
+def receive_all(rank: int, world_size: int, addrs: IpcAddresses, expected: int) -> list[list[int]]:
     """Call ZmqIO.receive until `expected` messages came; return the uids each call returned.
 
     Rank 0 pulls from the frontend; the others only ever hear from rank 0. Every rank stops at
     the same step because every rank saw the same counts.
     """
-    io = ZmqIO(get_tp_info(), dist.group.WORLD, addrs["requests"], addrs["outputs"], addrs["broadcast"])
+    io = ZmqIO(get_tp_info(), dist.group.WORLD, addrs)
     steps: list[list[int]] = []
     while sum(map(len, steps)) < expected:
         steps.append([message.uid for message in io.receive(blocking=True)])

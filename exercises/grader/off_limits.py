@@ -21,7 +21,7 @@ T = TypeVar("T")
 LINEAR = "minisgl.layers.linear"
 EMBEDDING = "minisgl.layers.embedding"
 WEIGHT = "minisgl.models.weight"
-RANKS = "minisgl.server.ranks"
+PROCESS = "minisgl.process.group"
 IO = "minisgl.scheduler.io"
 
 _COLUMN = (f"{LINEAR}:_LinearBase.forward", f"{LINEAR}:_LinearBase.forward_rms_normed")
@@ -43,17 +43,18 @@ OFF_LIMITS: dict[str, tuple[str, ...]] = {
     "01-tp-first-principles/column-forward": _COLUMN,
     "01-tp-first-principles/row-forward": _ROW + _COLUMN,
     "02-launch/start-ranks": (
-        f"{RANKS}:RankGroup.start", f"{RANKS}:RankGroup.spawn", f"{RANKS}:RankGroup._wait_for_acks",
-        f"{RANKS}:RankGroup.poll_acks", f"{RANKS}:RankGroup.check_alive", f"{RANKS}:RankGroup.shutdown",
-        f"{RANKS}:stop_processes", f"{RANKS}:first_dead", "minisgl.testing.multiprocess:run_ranks",
+        f"{PROCESS}:ChildGroup.spawn", f"{PROCESS}:ChildGroup.wait_ready", f"{PROCESS}:ChildGroup.check_alive",
+        f"{PROCESS}:ChildGroup.stop", f"{PROCESS}:wait_for_acks", f"{PROCESS}:stop_processes",
+        f"{PROCESS}:first_dead", "minisgl.testing.multiprocess:run_ranks",
     ),
-    "03-communication-init/unique-id": ("minisgl.kernel.pynccl:PyNCCLCommunicator.__init__",),
+    "03-communication-init/unique-id": ("minisgl.distributed.control:broadcast_bytes",
+                                        "minisgl.kernel.pynccl:PyNCCLCommunicator.__init__"),
     "04-weight-sharding/qkv-gqa": _KV_HEADS + _LOADER,
     "04-weight-sharding/shard-rules": _KV_HEADS + _LOADER + _VOCAB_SHARD,
     "04-weight-sharding/shard-then-merge": _KV_HEADS + _LOADER + _VOCAB_SHARD,
     "05-vocab-parallelism/vocab-embedding": (f"{EMBEDDING}:VocabParallelEmbedding.forward",) + _VOCAB_SHARD,
     "05-vocab-parallelism/lm-head": (f"{EMBEDDING}:ParallelLMHead.forward",) + _VOCAB_SHARD + _COLUMN,
-    "06-rank0-broadcast/receive-step": (f"{IO}:ZmqIO.receive", f"{IO}:ZmqIO._broadcast_count"),
+    "06-rank0-broadcast/receive-step": (f"{IO}:ZmqIO.receive",),
     "07-tp-decoder-layer/tp-mlp": _COLUMN + _ROW + ("minisgl.models.llama:LlamaMLP.forward",),
     "07-tp-decoder-layer/local-shapes": _LOCAL_SIZES + _KV_HEADS + _VOCAB_SHARD,
 }

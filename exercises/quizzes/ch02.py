@@ -16,7 +16,7 @@ Q1 = None
 # start_subprocess wait for?
 Q2 = None
 
-# Q3 (number). minisgl's RankGroup at tp = 4: how many acks from ranks does it wait for?
+# Q3 (number). minisgl's ChildGroup of an LLM at tp = 4: how many acks from ranks does it wait for?
 Q3 = None
 
 # Q4 (choice). What must a rank do before it constructs any layer?
@@ -26,7 +26,7 @@ Q3 = None
 #   d) call set_tp_info(rank, size)
 Q4 = None
 
-# Q5 (choice). When does RankGroup.start return?
+# Q5 (choice). When does ChildGroup.wait_ready return?
 #   a) right after every Process.start() call
 #   b) once every rank has acked "ready"
 #   c) after the HTTP server answers /health

@@ -5,6 +5,7 @@ one: tp = 1), where the second half's rank 0 is not global rank 0."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 
@@ -16,9 +17,9 @@ from exercises.grader.outcomes import WrongAnswer
 from exercises.grader.ranks import RankContext
 from minisgl.core import SamplingParams
 from minisgl.distributed import DistributedInfo
-from minisgl.message import AbortRequest, GenerateRequest, encode_message
+from minisgl.message import AbortRequest, GenerateRequest, IpcAddresses, encode_message
+from minisgl.process.group import make_ipc_dir
 from minisgl.scheduler.io import ZmqIO
-from minisgl.utils import make_ipc_dir
 
 BROADCAST = "torch.distributed.broadcast"
 
@@ -38,8 +39,9 @@ def _receive_job(ctx: RankContext, impl: str, ipc_dir: str, steps: list[list[byt
     members = dist.get_world_size(cpu_group)
     root = dist.get_global_rank(cpu_group, 0)
     tp_info = DistributedInfo(dist.get_rank(cpu_group), members)
-    where = f"ipc://{ipc_dir}/group{root}"  # one set of sockets per group
-    io = ZmqIO(tp_info, cpu_group, f"{where}-requests", f"{where}-outputs", f"{where}-broadcast")
+    where = os.path.join(ipc_dir, f"group{root}")  # one set of sockets per group
+    os.makedirs(where, exist_ok=True)
+    io = ZmqIO(tp_info, cpu_group, IpcAddresses.in_dir(where))
     try:
         got = []
         for step in steps:

@@ -1,28 +1,55 @@
-"""The attention-backend interface and the factory that picks one by name."""
+"""The attention-backend interface every backend subclasses, and the factory that picks one by name
+(chapters 07 and 10).
+
+The engine calls `prepare` once per batch and `release` when a request finishes; each attention
+layer calls `forward`. A backend that can run inside a CUDA graph says so (`supports_cuda_graph`)
+and implements the three graph hooks `engine/cuda_graph.py` calls; the engine asks this flag,
+never probes for methods.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Protocol
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
 
 import torch
 
-from minisgl.core import Batch
+from minisgl.core import Batch, Req
 from minisgl.kvcache import KVCachePool
 
 BACKENDS = ("auto", "torch", "triton", "flashinfer")
 FLASHINFER_PIN = "flashinfer-python==0.6.18.post1"  # the version benchmark/run_gpu_suite.sh tests (carried wheel)
 
 
-class AttentionBackend(Protocol):
-    def prepare(self, batch: Batch) -> None:
-        """Build per-batch metadata (index tables, masks) once, before the layers run."""
-        ...
+class AttentionBackend(ABC):
+    supports_cuda_graph: ClassVar[bool] = False  # True: the three graph hooks below are implemented
 
+    @abstractmethod
+    def prepare(self, batch: Batch) -> None:
+        """Build per-batch metadata (index tables, masks) once, before the layers run; it goes in
+        `batch.attn_metadata`."""
+
+    @abstractmethod
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
         """Store the new k, v in the pool, attend: q [tokens, q_heads, d] -> [tokens, q_heads, d]."""
-        ...
+
+    def release(self, req: Req) -> None:
+        """`req` finished: drop whatever this backend keeps per request (nothing, by default)."""
+
+    # ---- CUDA graphs (engine/cuda_graph.py), where `supports_cuda_graph` ----------------------------
+    def init_graph_buffers(self, max_bs: int) -> None:
+        """Allocate the static buffers that every graph, up to batch size `max_bs`, reads."""
+        raise NotImplementedError(f"{type(self).__name__} does not run in CUDA graphs")
+
+    def graph_metadata(self, bs: int) -> Any:
+        """The `attn_metadata` a graph of `bs` rows is captured with (views of the static buffers)."""
+        raise NotImplementedError(f"{type(self).__name__} does not run in CUDA graphs")
+
+    def prepare_graph_replay(self, batch: Batch, bucket: int) -> None:
+        """Write `batch` into the static buffers of the graph of `bucket` rows, padding the rest."""
+        raise NotImplementedError(f"{type(self).__name__} does not run in CUDA graphs")
 
 
 def resolve_attention_backend(name: str, device: torch.device) -> str:

@@ -35,6 +35,7 @@ from minisgl.core import Batch, Req
 from minisgl.kernel.triton import store_kv
 from minisgl.kvcache import KVCachePool
 
+from .base import AttentionBackend
 from .page_table import DevicePageTable
 
 logger = logging.getLogger(__name__)
@@ -77,7 +78,9 @@ def paged_kv_csr(
     return indptr, page_table[row[owner], page_in_req], last_page_len
 
 
-class FlashInferAttentionBackend:
+class FlashInferAttentionBackend(AttentionBackend):
+    supports_cuda_graph = True
+
     def __init__(
         self, pool: KVCachePool, device: torch.device, max_seq_len: int, max_requests: int, local_q_heads: int
     ) -> None:

@@ -1,5 +1,6 @@
 """Attention in plain torch, on any device: gather each request's cached K/V into a padded batch,
-mask, and call `scaled_dot_product_attention` once per layer.
+mask, and call `scaled_dot_product_attention` once per layer (chapter 07). It is also the reference
+the Triton and FlashInfer kernels are tested against (chapter 10).
 
 Prefill with a cached prefix and batched decode are the same computation: request i has p_i cached
 tokens and e_i new ones; new token j (0-based) may see cached positions < p_i + j + 1.
@@ -15,6 +16,8 @@ import torch.nn.functional as F
 from minisgl.core import Batch
 from minisgl.kvcache import KVCachePool
 
+from .base import AttentionBackend
+
 
 @dataclass
 class TorchAttentionMetadata:
@@ -24,7 +27,7 @@ class TorchAttentionMetadata:
     mask: torch.Tensor  # [reqs, 1, max_q, max_kv] True where attention is allowed
 
 
-class TorchAttentionBackend:
+class TorchAttentionBackend(AttentionBackend):
     def __init__(self, pool: KVCachePool) -> None:
         self.pool = pool
 

@@ -20,6 +20,7 @@ from minisgl.core import Batch, Req
 from minisgl.kvcache import KVCachePool
 from minisgl.kernel.triton import decode_attention, extend_attention, store_kv
 
+from .base import AttentionBackend
 from .page_table import DevicePageTable
 
 
@@ -49,7 +50,9 @@ def decode_num_splits(batch_size: int, local_kv_heads: int, num_sms: int) -> int
     return min(16, 1 << (wanted - 1).bit_length())
 
 
-class TritonAttentionBackend:
+class TritonAttentionBackend(AttentionBackend):
+    supports_cuda_graph = True
+
     def __init__(self, pool: KVCachePool, device: torch.device, max_seq_len: int, max_requests: int) -> None:
         self.pool = pool
         self.device = device

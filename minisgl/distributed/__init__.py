@@ -1,7 +1,12 @@
-"""Who am I among the tensor-parallel ranks, and the one seam every collective goes through.
+"""Who am I among the tensor-parallel ranks, and every collective a rank makes (chapter 03).
 
-Chapter 03 (communication init) teaches this folder. `grep -rn "all_reduce\\|all_gather" minisgl/`
-lists every collective the engine performs.
+- `impl.py`: the tensor seam the layers call (`all_reduce`, `all_gather`) and its plugins;
+- `control.py`: the control-plane collectives over the gloo CPU group (`min_over_ranks`,
+  `broadcast_count`, `barrier`, `broadcast_bytes`);
+- `info.py`: `DistributedInfo`, this process's rank and the group size.
+
+Outside this folder only the process-group setup (`Engine._init_communication`) touches
+`torch.distributed`: `grep -rn "dist\\." minisgl/` shows no other collective.
 """
 
 from .impl import (
@@ -17,6 +22,7 @@ from .impl import (
     enable_torch_distributed,
     reset_collective_counts,
 )
+from .control import barrier, broadcast_bytes, broadcast_count, min_over_ranks
 from .info import DistributedInfo, get_tp_info, set_tp_info
 
 __all__ = [
@@ -27,11 +33,15 @@ __all__ = [
     "TorchDistributedImpl",
     "all_gather",
     "all_reduce",
+    "barrier",
+    "broadcast_bytes",
+    "broadcast_count",
     "collective_counts",
     "destroy_distributed",
     "enable_pynccl",
     "enable_torch_distributed",
     "get_tp_info",
+    "min_over_ranks",
     "reset_collective_counts",
     "set_tp_info",
 ]

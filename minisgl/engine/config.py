@@ -1,4 +1,5 @@
-"""`EngineConfig`: everything one rank's engine needs to build itself."""
+"""`EngineConfig`: everything one rank's engine needs to build itself; the launcher copies it once
+per rank with that rank's `tp_info` (chapter 02)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,9 @@ import logging
 
 import torch
 
+from minisgl.attention import AttentionBackend
 from minisgl.core import Batch, forward_context
+from minisgl.layers import BaseOP
 
 from .placeholders import resolve_placeholders
 
@@ -36,7 +38,10 @@ def graph_batch_sizes(max_bs: int) -> list[int]:
 
 
 class CudaGraphRunner:
-    def __init__(self, model, attn_backend, max_bs: int, device: torch.device, future_tokens: torch.Tensor) -> None:
+    def __init__(
+        self, model: BaseOP, attn_backend: AttentionBackend, max_bs: int, device: torch.device,
+        future_tokens: torch.Tensor,
+    ) -> None:
         self.model = model
         self.future_tokens = future_tokens  # [>= max_bs] int64, the engine's: last step's greedy tokens
         self.attn_backend = attn_backend

@@ -18,7 +18,13 @@ import torch.distributed as dist
 
 from minisgl.attention import create_attention_backend
 from minisgl.core import Batch, Req, forward_context
-from minisgl.distributed import destroy_distributed, enable_pynccl, enable_torch_distributed, set_tp_info
+from minisgl.distributed import (
+    destroy_distributed,
+    enable_pynccl,
+    enable_torch_distributed,
+    min_over_ranks,
+    set_tp_info,
+)
 from minisgl.kvcache import KVCachePool
 from minisgl.layers import local_kv_heads, use_tp_ops
 from minisgl.models.config import ModelConfig
@@ -134,9 +140,7 @@ class Engine:
             budget = config.kv_memory_gb * (1 << 30) if config.kv_memory_gb else self._default_kv_budget()
             num_pages = int(budget // page_bytes)
         if self.cpu_group is not None:
-            pages = torch.tensor([num_pages], dtype=torch.int64)
-            dist.all_reduce(pages, op=dist.ReduceOp.MIN, group=self.cpu_group)
-            num_pages = int(pages.item())
+            num_pages = min_over_ranks(num_pages, self.cpu_group)
         return num_pages
 
     def _default_kv_budget(self) -> float:
@@ -155,7 +159,7 @@ class Engine:
             max_bs = min(config.max_running_requests, _MAX_GRAPH_BS)
         if max_bs <= 0 or self.device.type != "cuda":
             return None
-        if not hasattr(self.attn_backend, "graph_metadata"):
+        if not self.attn_backend.supports_cuda_graph:
             logger.warning("CUDA graphs need the triton or flashinfer attention backend; running decode eagerly")
             return None
         if self.config.tp_info.size > 1 and self.dist_backend == "gloo":
@@ -196,7 +200,9 @@ class Engine:
 
     def _forward_eager(self, batch: Batch) -> torch.Tensor:
         batch = self._to_device(batch)
-        self._resolve_placeholders(batch.input_ids)
+        # placeholder ids -(i + 1) become token i of the previous step, in place, on the device (a
+        # CUDA graph does this itself, as its first kernel)
+        resolve_placeholders(batch.input_ids, self._future_tokens)
         self.attn_backend.prepare(batch)
         with forward_context(batch, self.attn_backend):
             return self.model.forward(batch)
@@ -214,16 +220,9 @@ class Engine:
         ids, positions, slots, last = packed.split([p.numel() for p in parts])
         return dataclasses.replace(batch, input_ids=ids, positions=positions, out_slots=slots, last_indices=last)
 
-    def _resolve_placeholders(self, input_ids: torch.Tensor) -> None:
-        """Replace placeholder ids -(i + 1) by token i of the previous step, in place (a CUDA graph
-        does this itself, as its first kernel)."""
-        resolve_placeholders(input_ids, self._future_tokens)
-
     def release(self, req: Req) -> None:
         """`req` finished: drop per-request state in the attention backend (its page-table row)."""
-        release = getattr(self.attn_backend, "release", None)
-        if release is not None:
-            release(req)
+        self.attn_backend.release(req)
 
     def shutdown(self) -> None:
         if self.graph_runner is not None:

@@ -1,4 +1,5 @@
-"""Next-token sampling: greedy, temperature, top-k, top-p, with a per-request seeded generator.
+"""Next-token sampling: greedy, temperature, top-k, top-p, with a per-request seeded generator
+(chapters 05 and 06).
 
 Every rank holds identical full logits after the LM head's all-gather, and every request carries
 its own generator seeded identically on every rank, so all ranks draw the same token without

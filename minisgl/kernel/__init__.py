@@ -1,6 +1,6 @@
 """Device kernels: Triton attention, KV-store and fused elementwise kernels (`minisgl.kernel.triton`)
 and the ctypes NCCL wrapper (`minisgl.kernel.pynccl`). Both import lazily: a CPU-only install never
-loads them.
+loads them. Chapter 10 teaches the kernels, chapter 03 PyNCCL.
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ import sys
 import torch
 import torch.distributed as dist
 
+from minisgl.distributed.control import broadcast_bytes
+
 NCCL_SUCCESS = 0
 NCCL_SUM = 0
 NCCL_DTYPES = {
@@ -73,7 +75,8 @@ class NcclLibrary:
         self._bind("ncclCommInitRank", c.c_int, [c.POINTER(c.c_void_p), c.c_int, NcclUniqueId, c.c_int])
         self._bind("ncclCommDestroy", c.c_int, [c.c_void_p])
         # (sendbuff, recvbuff, count, datatype, op, comm, stream)
-        self._bind("ncclAllReduce", c.c_int, [c.c_void_p, c.c_void_p, c.c_size_t, c.c_int, c.c_int, c.c_void_p, c.c_void_p])
+        self._bind("ncclAllReduce", c.c_int,
+                   [c.c_void_p, c.c_void_p, c.c_size_t, c.c_int, c.c_int, c.c_void_p, c.c_void_p])
         # (sendbuff, recvbuff, sendcount, datatype, comm, stream)
         self._bind("ncclAllGather", c.c_int, [c.c_void_p, c.c_void_p, c.c_size_t, c.c_int, c.c_void_p, c.c_void_p])
 
@@ -105,9 +108,8 @@ class PyNCCLCommunicator:
         if self.rank == 0:
             self.nccl.check(self.nccl.lib.ncclGetUniqueId(ctypes.byref(unique_id)), "ncclGetUniqueId")
         # the id travels as 128 bytes over gloo: rank 0's bytes land in every rank's struct
-        id_bytes = torch.tensor(bytearray(bytes(unique_id.internal)), dtype=torch.uint8)
-        dist.broadcast(id_bytes, src=dist.get_global_rank(cpu_group, 0), group=cpu_group)
-        ctypes.memmove(ctypes.addressof(unique_id), bytes(id_bytes.tolist()), 128)
+        id_bytes = broadcast_bytes(bytes(unique_id.internal), cpu_group)
+        ctypes.memmove(ctypes.addressof(unique_id), id_bytes, ctypes.sizeof(NcclUniqueId))
         self.comm = ctypes.c_void_p()
         with torch.cuda.device(device):
             self.nccl.check(
@@ -129,8 +131,9 @@ class PyNCCLCommunicator:
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """In-place sum over the ranks."""
         dtype = self._dtype(x)
+        ptr = x.data_ptr()
         self.nccl.check(
-            self.nccl.lib.ncclAllReduce(x.data_ptr(), x.data_ptr(), x.numel(), dtype, NCCL_SUM, self.comm, self._stream()),
+            self.nccl.lib.ncclAllReduce(ptr, ptr, x.numel(), dtype, NCCL_SUM, self.comm, self._stream()),
             "ncclAllReduce",
         )
         return x

@@ -1,4 +1,5 @@
-"""Where keys and values live between steps: a pool of fixed-size pages, handed to requests."""
+"""Where keys and values live between steps: a pool of fixed-size pages, handed to requests
+(chapters 07 and 08)."""
 
 from .page_pool import KVCachePool, PageAllocator, OutOfPagesError
 

@@ -1,5 +1,5 @@
 """The paged KV cache of one rank: one big K and one big V buffer per layer, cut into pages of
-`page_size` token slots, and the allocator that hands pages to requests.
+`page_size` token slots, and the allocator that hands pages to requests (chapters 07 and 08).
 
 A request's page table (`Req.pages`) maps its token position p to slot
 `pages[p // page_size] * page_size + p % page_size`. Each rank stores only its local KV heads, so

@@ -1,5 +1,5 @@
-"""SiLU-and-multiply: the SwiGLU activation applied to the fused gate_up output (one Triton kernel
-on CUDA)."""
+"""SiLU-and-multiply: the SwiGLU activation applied to the fused gate_up output (chapter 07; one
+Triton kernel on CUDA, chapter 10)."""
 
 from __future__ import annotations
 

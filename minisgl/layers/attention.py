@@ -1,5 +1,5 @@
 """The attention layer of one rank: split the fused qkv output, apply RoPE, and hand the local
-heads to whichever attention backend the engine chose (torch, Triton, FlashInfer).
+heads to whichever attention backend the engine chose (torch, Triton, FlashInfer) (chapter 07).
 
 No communication happens here: each rank attends with its own query heads and its own KV heads;
 the following row-parallel o_proj does the all-reduce.
@@ -17,21 +17,21 @@ from .rotary import RotaryEmbedding
 
 
 class AttentionLayer(BaseOP):
-    """Attention over `local_num_heads` query heads and `local_num_kv_heads` KV heads of this rank."""
+    """Attention over `local_q_heads` query heads and `local_kv_heads` KV heads of this rank."""
 
     def __init__(
         self,
         layer_id: int,
-        local_num_heads: int,
-        local_num_kv_heads: int,
+        local_q_heads: int,
+        local_kv_heads: int,
         head_dim: int,
         rotary: RotaryEmbedding,
         q_norm: RMSNorm | None = None,
         k_norm: RMSNorm | None = None,
     ) -> None:
         self.layer_id = layer_id
-        self.local_num_heads = local_num_heads
-        self.local_num_kv_heads = local_num_kv_heads
+        self.local_q_heads = local_q_heads
+        self.local_kv_heads = local_kv_heads
         self.head_dim = head_dim
         self.scale = head_dim**-0.5
         self._rotary = rotary
@@ -41,12 +41,12 @@ class AttentionLayer(BaseOP):
 
     def forward(self, qkv: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """qkv [tokens, (q_heads + 2 * kv_heads) * head_dim] -> [tokens, q_heads * head_dim]."""
-        q_size = self.local_num_heads * self.head_dim
-        kv_size = self.local_num_kv_heads * self.head_dim
+        q_size = self.local_q_heads * self.head_dim
+        kv_size = self.local_kv_heads * self.head_dim
         q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
-        q = q.view(-1, self.local_num_heads, self.head_dim)  # [tokens, q_heads, head_dim]
-        k = k.view(-1, self.local_num_kv_heads, self.head_dim)  # [tokens, kv_heads, head_dim]
-        v = v.view(-1, self.local_num_kv_heads, self.head_dim)
+        q = q.view(-1, self.local_q_heads, self.head_dim)  # [tokens, q_heads, head_dim]
+        k = k.view(-1, self.local_kv_heads, self.head_dim)  # [tokens, kv_heads, head_dim]
+        v = v.view(-1, self.local_kv_heads, self.head_dim)
         if self._q_norm is not None and self._k_norm is not None:
             q, k = self._q_norm.forward(q), self._k_norm.forward(k)
         q, k = self._rotary.forward(positions, q, k)

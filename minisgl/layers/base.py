@@ -8,7 +8,7 @@ loader's q/k/v and gate/up merges (chapter 04).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Generic, TypeVar
 
 import torch
@@ -51,15 +51,6 @@ class BaseOP:
                 f"this rank expects {tuple(current.shape)}"
             )
         setattr(owner, attr, tensor)
-
-    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
-        """Load every weight; missing or unexpected names are errors."""
-        expected = set(self.state_dict())
-        missing = expected - set(state)
-        if missing:
-            raise KeyError(f"missing weights: {sorted(missing)[:5]}")
-        for name, tensor in state.items():
-            self.set_weight(name, tensor)
 
 
 OP = TypeVar("OP", bound=BaseOP)

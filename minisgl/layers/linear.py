@@ -122,10 +122,10 @@ class QKVParallelLinear(_LinearBase):
     ) -> None:
         tp = get_tp_info()
         self.head_dim = head_dim
-        self.local_num_heads = divide(num_heads, tp.size, "num_attention_heads")
-        self.local_num_kv_heads = local_kv_heads(num_kv_heads, tp.size)
-        self.q_size = self.local_num_heads * head_dim
-        self.kv_size = self.local_num_kv_heads * head_dim
+        self.local_q_heads = divide(num_heads, tp.size, "num_attention_heads")
+        self.local_kv_heads = local_kv_heads(num_kv_heads, tp.size)
+        self.q_size = self.local_q_heads * head_dim
+        self.kv_size = self.local_kv_heads * head_dim
         super().__init__(hidden_size, self.q_size + 2 * self.kv_size, has_bias)
 
 

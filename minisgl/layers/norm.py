@@ -1,5 +1,5 @@
-"""RMSNorm, with the residual add fused in: `x + residual` is both normalized and carried on.
-On CUDA one Triton kernel does both (minisgl/kernel/triton/fused.py)."""
+"""RMSNorm, with the residual add fused in: `x + residual` is both normalized and carried on
+(chapter 07). On CUDA one Triton kernel does both (minisgl/kernel/triton/fused.py, chapter 10)."""
 
 from __future__ import annotations
 

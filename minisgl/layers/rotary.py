@@ -1,4 +1,4 @@
-"""Rotary position embedding (RoPE), rotate-half layout as in Hugging Face Llama/Qwen.
+"""Rotary position embedding (RoPE), rotate-half layout as in Hugging Face Llama/Qwen (chapter 07).
 
 Positions come from the scheduler (prefix_len ... prefix_len + new_tokens - 1 for each request),
 so a prompt split into chunks rotates exactly as it would in one piece. On CUDA one Triton kernel

@@ -1,4 +1,4 @@
-"""The offline Python API: `LLM(...).generate(...)` and `.chat(...)`."""
+"""The offline Python API: `LLM(...).generate(...)` and `.chat(...)` (chapter 00)."""
 
 from .llm import LLM, RequestOutput
 

@@ -1,18 +1,17 @@
 """Two ways the offline `LLM` drives schedulers: in this process (tp = 1), or as real rank
-processes reached over ZMQ (tp > 1), exactly as the server does."""
+processes reached over ZMQ (tp > 1), started and stopped exactly as the server does (chapter 00)."""
 
 from __future__ import annotations
 
-import dataclasses
-
-import zmq
-
 from minisgl.engine.engine import Engine
-from minisgl.message import GenerateRequest, Message, ShutdownRequest, TokenOutput, decode_message, encode_message
+from minisgl.message import IpcAddresses, Message, PullQueue, PushQueue, TokenOutput
+from minisgl.process import ChildGroup
 from minisgl.scheduler import LocalIO, Scheduler, SchedulerConfig
-from minisgl.server.ranks import LaunchError, RankGroup
+from minisgl.scheduler.process import shut_down_ranks, spawn_ranks
 
 POLL_MS = 200
+START_TIMEOUT_S = 300.0
+STOP_TIMEOUT_S = 5.0
 
 
 class InProcessBackend:
@@ -36,43 +35,39 @@ class InProcessBackend:
 
 
 class MultiProcessBackend:
-    """tp rank processes; this process pushes requests to rank 0 and pulls its outputs."""
+    """tp rank processes; this process pushes requests to rank 0 and pulls its outputs (there is no
+    detokenizer offline: this process reads rank 0's `TokenOutput`s at the detokenizer's address)."""
 
     def __init__(self, config: SchedulerConfig) -> None:
-        self.context = zmq.Context()
-        self.context.setsockopt(zmq.LINGER, 0)  # never block exit on unsent messages
-        self.outputs = self.context.socket(zmq.PULL)
-        port = self.outputs.bind_to_random_port("tcp://127.0.0.1")
+        self.group = ChildGroup()
+        self.addrs = IpcAddresses.in_dir(self.group.ipc_dir)
+        self.outputs = PullQueue(self.addrs.detokenizer)
+        self.requests = PushQueue(self.addrs.scheduler)
         try:
-            self.ranks = RankGroup.start(dataclasses.replace(config, outputs_addr=f"tcp://127.0.0.1:{port}"))
+            self.ranks = spawn_ranks(self.group, config, self.addrs)
+            self.group.wait_ready(START_TIMEOUT_S)
         except BaseException:
-            self.context.destroy()
+            self.group.stop()  # (wait_ready stops a group that fails; a second stop does nothing)
+            self._close_queues()
             raise
-        self.requests = self.context.socket(zmq.PUSH)
-        self.requests.connect(self.ranks.config.requests_addr)
 
     def submit(self, messages: list[Message]) -> None:
         for message in messages:
-            self.requests.send(encode_message(message))
+            self.requests.put(message)
 
     def collect(self) -> list[TokenOutput]:
-        while not self.outputs.poll(POLL_MS):
-            self.ranks.check_alive()  # a dead rank is an error, never a hang
-        outputs = []
         while True:
-            try:
-                outputs.append(decode_message(self.outputs.recv(zmq.NOBLOCK)))
-            except zmq.Again:
+            outputs = self.outputs.get_all(POLL_MS)
+            if outputs:
                 return outputs
+            self.group.check_alive()  # a dead rank is an error, never a hang
 
     def close(self) -> None:
-        try:
-            self.submit([ShutdownRequest()])
-            for process in self.ranks.processes:
-                process.join(5.0)
-        except LaunchError:
-            pass
-        finally:
-            self.ranks.shutdown()
-            self.context.destroy(linger=0)
+        if all(p.is_alive() for p in self.ranks):
+            shut_down_ranks(self.ranks, self.addrs, STOP_TIMEOUT_S)
+        self.group.stop()
+        self._close_queues()
 
+    def _close_queues(self) -> None:
+        self.outputs.close()
+        self.requests.close()

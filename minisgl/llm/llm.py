@@ -15,7 +15,7 @@ from minisgl.distributed import DistributedInfo
 from minisgl.message import GenerateRequest, TokenOutput
 from minisgl.models.config import ModelConfig
 from minisgl.scheduler import SchedulerConfig
-from minisgl.server.ranks import check_tp_fits_machine
+from minisgl.scheduler.process import check_tp_fits_machine
 
 from .backends import InProcessBackend, MultiProcessBackend
 
@@ -32,7 +32,12 @@ class LLM:
     """An engine on `model` (None: the embedded SmolLM2) with `tp_size` ranks on `device`."""
 
     def __init__(
-        self, model: str | Path | None = None, tp_size: int = 1, device: str = "cpu", dtype: str = "auto", **engine_args: Any
+        self,
+        model: str | Path | None = None,
+        tp_size: int = 1,
+        device: str = "cpu",
+        dtype: str = "auto",
+        **engine_args: Any,
     ) -> None:
         if model is None:
             from minisgl.models.default_model import ensure_default_model
@@ -60,7 +65,10 @@ class LLM:
     ) -> list[RequestOutput]:
         """Complete each prompt (a string or a list of token ids); outputs come back in prompt order."""
         batch = _as_prompt_list(prompts)
-        params = sampling_params if isinstance(sampling_params, list) else [sampling_params or SamplingParams()] * len(batch)
+        if isinstance(sampling_params, list):
+            params = sampling_params
+        else:
+            params = [sampling_params or SamplingParams()] * len(batch)
         if len(params) != len(batch):
             raise ValueError(f"{len(batch)} prompts but {len(params)} sampling params")
         requests = [GenerateRequest(next(self._uids), self._token_ids(p), sp) for p, sp in zip(batch, params)]
@@ -84,7 +92,8 @@ class LLM:
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
         self._require_tokenizer()
         prompts = [
-            self.tokenizer.apply_chat_template(conv, add_generation_prompt=True, tokenize=False) for conv in conversations
+            self.tokenizer.apply_chat_template(conv, add_generation_prompt=True, tokenize=False)
+            for conv in conversations
         ]
         ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         return self.generate(ids, sampling_params)

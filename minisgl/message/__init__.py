@@ -1,6 +1,7 @@
-"""Typed messages that cross process boundaries, and their msgpack wire format (chapter 06)."""
+"""Typed messages that cross process boundaries, their msgpack wire format, the ZMQ queues that
+carry them and the addresses of those queues (chapters 02 and 06)."""
 
-from .frontend import DetokenizeStart, TextOutput, TokenizeRequest
+from .addresses import IpcAddresses
 from .messages import (
     AbortRequest,
     GenerateRequest,
@@ -11,13 +12,21 @@ from .messages import (
     encode_message,
     register_message,
 )
+from .queues import AsyncPullQueue, PubQueue, PullQueue, PushQueue, SubQueue
+from .text import DetokenizeStart, TextOutput, TokenizeRequest
 
 __all__ = [
     "AbortRequest",
+    "AsyncPullQueue",
     "DetokenizeStart",
     "GenerateRequest",
+    "IpcAddresses",
     "Message",
+    "PubQueue",
+    "PullQueue",
+    "PushQueue",
     "ShutdownRequest",
+    "SubQueue",
     "TextOutput",
     "TokenOutput",
     "TokenizeRequest",

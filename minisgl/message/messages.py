@@ -1,4 +1,5 @@
-"""The messages between frontend, schedulers and detokenizer, as plain dataclasses.
+"""The messages between the tokenizers (or the offline `LLM`), the schedulers and the detokenizer,
+as plain dataclasses (chapter 06).
 
 On the wire each is a msgpack map `{"type": <class name>, **fields}`: explicit, language-neutral,
 and safe to decode (unlike pickle, a message cannot run code on the receiver).
@@ -44,7 +45,6 @@ class TokenOutput:
     finished: bool = False
     finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
     error: str | None = None
-    prompt_tokens: int = 0
 
 
 Message = Union[GenerateRequest, AbortRequest, ShutdownRequest, TokenOutput]

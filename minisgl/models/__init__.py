@@ -1,1 +1,1 @@
-"""Model definitions, weight loading, and the embedded default model (`default_model`)."""
+"""Model definitions, weight loading, and the embedded default model (`default_model`) (chapter 04)."""

@@ -4,7 +4,7 @@ for which tensor-parallel sizes a model allows (chapter 04)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,6 @@ class ModelConfig:
     qk_norm: bool = False
     rope_scaling: dict[str, Any] | None = None
     eos_token_ids: tuple[int, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_dir(cls, model_dir: str | Path) -> ModelConfig:
@@ -77,7 +76,6 @@ class ModelConfig:
             qk_norm=architecture == "Qwen3ForCausalLM",
             rope_scaling=rope_scaling,
             eos_token_ids=_eos_ids(raw, generation or {}),
-            extra=raw,
         )
 
     def valid_tp_sizes(self) -> list[int]:

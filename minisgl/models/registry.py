@@ -1,4 +1,5 @@
-"""Which model class serves a checkpoint, chosen by `architectures[0]` of its config.json."""
+"""Which model class serves a checkpoint, chosen by `architectures[0]` of its config.json
+(chapter 04)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The per-rank scheduling loop and how it receives messages (chapters 02 and 06)."""
+"""The per-rank scheduling loop, how it receives messages, and its processes (chapters 02 and 06)."""
 
 from .config import SchedulerConfig
 from .io import LocalIO, SchedulerIO, ZmqIO

@@ -1,4 +1,5 @@
-"""Turn scheduling decisions (which requests, how many new tokens each) into a `Batch` of tensors."""
+"""Turn scheduling decisions (which requests, how many new tokens each) into a `Batch` of tensors
+(chapter 06)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`SchedulerConfig`: the engine's config plus batching limits and the ZMQ addresses of one run."""
+"""`SchedulerConfig`: the engine's config plus the batching limits of one rank (chapter 02)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,3 @@ from minisgl.engine.config import EngineConfig
 @dataclass
 class SchedulerConfig(EngineConfig):
     max_prefill_tokens: int = 2048  # token budget of one prefill step; longer prompts are chunked
-    # ZMQ endpoints (ipc:// paths, filled by the launcher): frontend -> rank 0, rank 0 -> frontend,
-    # rank 0 -> other ranks.
-    requests_addr: str = ""
-    outputs_addr: str = ""
-    broadcast_addr: str = ""

@@ -1,11 +1,11 @@
 """How a scheduler rank gets its messages and sends its results (chapter 06).
 
 - `LocalIO`: in-process queues, for the offline `LLM` at tp = 1.
-- `ZmqIO`: rank 0 pulls from the frontend's ZMQ socket, broadcasts the *count* of new messages over
-  the gloo CPU group, then publishes the message *bytes* over ZMQ PUB; other ranks receive the
-  count from the same collective, then read exactly that many messages from their SUB socket.
-  The collective keeps every rank in step (no rank can run ahead into a step the others have not
-  seen); ZMQ carries payloads of any size without a second collective.
+- `ZmqIO`: rank 0 pulls from its ZMQ queue, broadcasts the *count* of new messages over the gloo
+  CPU group (`broadcast_count`), then publishes the message *bytes* over ZMQ PUB; other ranks
+  receive the count from the same collective, then read exactly that many messages from their SUB
+  queue. The collective keeps every rank in step (no rank can run ahead into a step the others
+  have not seen); ZMQ carries payloads of any size without a second collective.
 """
 
 from __future__ import annotations
@@ -13,12 +13,10 @@ from __future__ import annotations
 from collections import deque
 from typing import Protocol
 
-import torch
 import torch.distributed as dist
-import zmq
 
-from minisgl.distributed import DistributedInfo
-from minisgl.message import Message, TokenOutput, decode_message, encode_message
+from minisgl.distributed import DistributedInfo, barrier, broadcast_count
+from minisgl.message import IpcAddresses, Message, PubQueue, PullQueue, PushQueue, SubQueue, TokenOutput, decode_message
 
 IDLE_POLL_MS = 50  # an idle rank 0 still broadcasts a zero count this often, so peers never time out
 PEER_TIMEOUT_MS = 120_000
@@ -54,74 +52,43 @@ class LocalIO:
 
 
 class ZmqIO:
-    def __init__(
-        self,
-        tp_info: DistributedInfo,
-        cpu_group: dist.ProcessGroup | None,
-        requests_addr: str,
-        outputs_addr: str,
-        broadcast_addr: str,
-    ) -> None:
+    """Rank 0 reads `addrs.scheduler`, pushes its outputs to `addrs.detokenizer` and publishes on
+    `addrs.broadcast`; every other rank subscribes to `addrs.broadcast`."""
+
+    def __init__(self, tp_info: DistributedInfo, cpu_group: dist.ProcessGroup | None, addrs: IpcAddresses) -> None:
         self.tp_info = tp_info
         self.cpu_group = cpu_group
-        self.context = zmq.Context()
-        self.context.setsockopt(zmq.LINGER, 0)  # a dying peer must not block our exit
         if tp_info.is_primary:
-            self.requests = self.context.socket(zmq.PULL)
-            self.requests.bind(requests_addr)
-            self.outputs = self.context.socket(zmq.PUSH)
-            self.outputs.connect(outputs_addr)
+            self.requests = PullQueue(addrs.scheduler)
+            self.outputs = PushQueue(addrs.detokenizer)
+            self._queues: list[PullQueue | PushQueue | PubQueue | SubQueue] = [self.requests, self.outputs]
             if tp_info.size > 1:
-                self.publisher = self.context.socket(zmq.XPUB)
-                self.publisher.setsockopt(zmq.XPUB_VERBOSE, 1)  # report every subscriber, not just the first
-                self.publisher.bind(broadcast_addr)
-                self._wait_for_subscribers()
+                self.publisher = PubQueue(addrs.broadcast)
+                self._queues.append(self.publisher)
+                self.publisher.wait_for_subscribers(tp_info.size - 1, PEER_TIMEOUT_MS)
         else:
-            self.subscriber = self.context.socket(zmq.SUB)
-            self.subscriber.setsockopt(zmq.SUBSCRIBE, b"")
-            self.subscriber.setsockopt(zmq.RCVTIMEO, PEER_TIMEOUT_MS)
-            self.subscriber.connect(broadcast_addr)
+            self.subscriber = SubQueue(addrs.broadcast, PEER_TIMEOUT_MS)
+            self._queues = [self.subscriber]
         if cpu_group is not None:
-            dist.barrier(group=cpu_group)  # every SUB is connected before the first broadcast
-
-    def _wait_for_subscribers(self) -> None:
-        """PUB drops messages for subscribers that have not joined yet; wait until all tp-1 have."""
-        self.publisher.setsockopt(zmq.RCVTIMEO, PEER_TIMEOUT_MS)
-        for _ in range(self.tp_info.size - 1):
-            self.publisher.recv()  # one subscription frame per SUB socket
+            barrier(cpu_group)  # every SUB is connected before the first broadcast
 
     def receive(self, blocking: bool) -> list[Message]:
         if self.tp_info.is_primary:
-            payloads = self._pull_requests(blocking)
+            payloads = self.requests.get_all_raw(IDLE_POLL_MS if blocking else 0)
             if self.tp_info.size > 1:
-                self._broadcast_count(len(payloads))
+                broadcast_count(len(payloads), self.cpu_group)
                 for payload in payloads:
-                    self.publisher.send(payload)
+                    self.publisher.put_raw(payload)
         else:
-            count = self._broadcast_count(0)
-            payloads = [self.subscriber.recv() for _ in range(count)]
+            count = broadcast_count(0, self.cpu_group)
+            payloads = [self.subscriber.get_raw() for _ in range(count)]
         return [decode_message(p) for p in payloads]
-
-    def _pull_requests(self, blocking: bool) -> list[bytes]:
-        if blocking:
-            self.requests.poll(IDLE_POLL_MS)
-        payloads = []
-        while True:
-            try:
-                payloads.append(self.requests.recv(zmq.NOBLOCK))
-            except zmq.Again:
-                return payloads
-
-    def _broadcast_count(self, count: int) -> int:
-        """Rank 0 sends `count`; every other rank returns what rank 0 sent."""
-        tensor = torch.tensor([count], dtype=torch.int64)
-        dist.broadcast(tensor, src=0, group=self.cpu_group)
-        return int(tensor.item())
 
     def send(self, outputs: list[TokenOutput]) -> None:
         if self.tp_info.is_primary:
             for output in outputs:
-                self.outputs.send(encode_message(output))
+                self.outputs.put(output)
 
     def close(self) -> None:
-        self.context.destroy(linger=0)
+        for queue in self._queues:
+            queue.close()

@@ -1,54 +1,70 @@
-"""The body of one scheduler rank process: build the engine, report ready (or why not), loop."""
+"""Scheduler rank processes (chapter 02): start one per TP rank in a `ChildGroup`, the body each
+runs, and how a launcher stops them. The offline `LLM` (tp > 1) and the server both use it."""
 
 from __future__ import annotations
 
-import logging
+import dataclasses
 import os
-import signal
-import threading
 import time
-from multiprocessing.queues import Queue
+from multiprocessing.process import BaseProcess
 
+from minisgl.distributed import DistributedInfo
 from minisgl.engine.engine import Engine
-from minisgl.utils import reporting_start_failure
+from minisgl.message import IpcAddresses, PushQueue, ShutdownRequest
+from minisgl.process import ChildGroup, LaunchError, Ready
+from minisgl.utils import free_port
 
 from .config import SchedulerConfig
 from .io import ZmqIO
 from .scheduler import Scheduler
 
 
-def run_scheduler_process(config: SchedulerConfig, ack_queue: Queue) -> None:
-    """Entry point of rank `config.tp_info.rank`. Puts ("ready" | "error", rank, detail) on `ack_queue`."""
-    rank = config.tp_info.rank
-    logging.basicConfig(level=os.environ.get("MINISGL_LOG_LEVEL", "WARNING"), format=f"[rank {rank}] %(message)s")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group; the launcher stops us
-    exit_when_parent_dies()
-    with reporting_start_failure(ack_queue, rank):
-        engine = Engine(config)
-        io = ZmqIO(config.tp_info, engine.cpu_group, config.requests_addr, config.outputs_addr, config.broadcast_addr)
-        scheduler = Scheduler(config, engine, io)
-    ack_queue.put(("ready", rank, f"{engine.kv_pool.allocator.num_pages} KV pages"))
+def max_cpu_ranks() -> int:
+    """More ranks than this on CPU would only thrash: 4 processes per core."""
+    return max(8, 4 * (os.cpu_count() or 1))
+
+
+def check_tp_fits_machine(tp_size: int, device: str) -> None:
+    if device == "cpu" and tp_size > max_cpu_ranks():
+        raise LaunchError(
+            f"tp_size={tp_size} needs {tp_size} processes; this machine runs at most {max_cpu_ranks()} CPU ranks"
+            " (4 per core); use a smaller tp size"
+        )
+
+
+def spawn_ranks(group: ChildGroup, config: SchedulerConfig, addrs: IpcAddresses) -> list[BaseProcess]:
+    """Start rank r = 0 .. tp - 1 as child `minisgl-TP{r}-scheduler` of `group`, without waiting
+    for their acks (`group.wait_ready` does, together with any other children)."""
+    tp_size = config.tp_info.size
+    check_tp_fits_machine(tp_size, config.device)
+    config = dataclasses.replace(config, dist_init_addr=f"tcp://127.0.0.1:{free_port()}")
+    return [
+        group.spawn(f"minisgl-TP{rank}-scheduler", run_scheduler,
+                    dataclasses.replace(config, tp_info=DistributedInfo(rank, tp_size)), addrs)
+        for rank in range(tp_size)
+    ]
+
+
+def run_scheduler(config: SchedulerConfig, addrs: IpcAddresses, ready: Ready) -> None:
+    """The body of rank `config.tp_info.rank`: build the engine and the sockets, ack, loop."""
+    engine = Engine(config)
+    io = ZmqIO(config.tp_info, engine.cpu_group, addrs)
+    scheduler = Scheduler(config, engine, io)
+    ready(f"{engine.kv_pool.allocator.num_pages} KV pages")
     try:
         scheduler.run_forever()
-    except Exception as error:
-        # One line, not a traceback: when a peer rank dies, every other rank's next collective
-        # fails, and the launcher already names the one that died. MINISGL_LOG_LEVEL=DEBUG shows more.
-        logging.error("stopped: %s: %s", type(error).__name__, str(error).splitlines()[0] if str(error) else "")
-        logging.debug("traceback", exc_info=True)
-        raise SystemExit(1) from None
     finally:
         io.close()
         engine.shutdown()
 
 
-def exit_when_parent_dies() -> None:
-    """No orphans: if the launching process disappears (even by kill -9), this process exits too.
-    Every child of the server calls it (ranks, tokenizers, detokenizer)."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True, name="parent-watchdog").start()
+def shut_down_ranks(ranks: list[BaseProcess], addrs: IpcAddresses, timeout_s: float) -> None:
+    """Ask the ranks to leave their loop: a `ShutdownRequest` to rank 0, which broadcasts it, so
+    every rank exits cleanly. Waits up to `timeout_s` in total; whatever still runs is the
+    caller's to stop."""
+    requests = PushQueue(addrs.scheduler)
+    requests.put(ShutdownRequest())
+    requests.close(linger_ms=1000)  # this message must leave, even as we close
+    deadline = time.monotonic() + timeout_s
+    for process in ranks:
+        process.join(max(0.0, deadline - time.monotonic()))

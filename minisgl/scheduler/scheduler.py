@@ -21,7 +21,6 @@ decode batches are the same until a stop token. Overlap needs greedy requests on
 
 from __future__ import annotations
 
-import logging
 from collections import deque
 from itertools import chain
 
@@ -35,8 +34,6 @@ from minisgl.message import AbortRequest, GenerateRequest, Message, ShutdownRequ
 from .batch import make_decode_batch, make_prefill_batch
 from .config import SchedulerConfig
 from .io import SchedulerIO
-
-logger = logging.getLogger(__name__)
 
 HOST = torch.device("cpu")  # batches are built here; the engine moves them without a sync
 
@@ -115,7 +112,7 @@ class Scheduler:
             capacity = (self.pool.allocator.num_pages - 1) * self.pool.page_size
             error = f"the request needs {max_total} KV slots; the cache holds {capacity} (raise the KV budget)"
         if error is not None:
-            self.io.send([TokenOutput(message.uid, [], True, "error", error, prompt_len)])
+            self.io.send([TokenOutput(message.uid, [], True, "error", error)])
             return
         seed = message.sampling.seed if message.sampling.seed is not None else self.config.seed + message.uid
         self.waiting.append(
@@ -126,7 +123,7 @@ class Scheduler:
         for req in [*self.waiting, *self.prefilling, *self.running.values()]:
             if req.uid == uid:
                 self._finish(req)
-                self.io.send([TokenOutput(uid, [], True, "abort", None, len(req.input_ids))])
+                self.io.send([TokenOutput(uid, [], True, "abort")])
                 return
 
     # ---- scheduling -----------------------------------------------------------------------
@@ -194,7 +191,7 @@ class Scheduler:
             if reason is not None:
                 del req.output_ids[index + 1 :]  # placeholders of a step launched meanwhile
                 self._finish(req)
-            outputs.append(TokenOutput(req.uid, [token], reason is not None, reason, None, len(req.input_ids)))
+            outputs.append(TokenOutput(req.uid, [token], reason is not None, reason))
         return outputs
 
     def _finish_reason(self, req: Req, token: int, num_output: int) -> str | None:

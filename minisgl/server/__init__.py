@@ -1,1 +1,1 @@
-"""Process launch and the serving front ends (chapter 02)."""
+"""The server: its arguments, its launch, the HTTP API and the shell (chapter 02)."""

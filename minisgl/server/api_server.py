@@ -26,10 +26,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from minisgl.message import TextOutput
 from minisgl.models.config import ModelConfig
+from minisgl.process import ChildWatcher, LaunchError
 
 from .args import ServerArgs
 from .frontend import ClientGone, Frontend, Overloaded, RequestStream, Unavailable
-from .launch import ChildWatcher, ServerProcesses
+from .launch import ServerProcesses
 from .protocol import (
     ApiError,
     ChatCompletionRequest,
@@ -42,7 +43,6 @@ from .protocol import (
     sampling_from_openai,
     usage,
 )
-from .ranks import LaunchError
 
 logger = logging.getLogger("minisgl")
 
@@ -70,8 +70,7 @@ class ApiState:
 def create_app(state: ApiState, on_startup: Callable[[Frontend], None] = lambda frontend: None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state.frontend = Frontend(state.processes.tokenizer_addrs, state.processes.api_addr,
-                                  state.args.max_pending_requests)
+        state.frontend = Frontend(state.processes.addrs, state.args.max_pending_requests)
         state.frontend.start()
         on_startup(state.frontend)
         yield

@@ -20,8 +20,7 @@ from minisgl.distributed import DistributedInfo
 from minisgl.engine.engine import resolve_dist_backend
 from minisgl.models.config import ModelConfig
 from minisgl.scheduler import SchedulerConfig
-
-from .ranks import check_tp_fits_machine
+from minisgl.scheduler.process import check_tp_fits_machine
 
 DEFAULT_PORT = 8000
 
@@ -90,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     batching = parser.add_argument_group("batching and KV cache")
     batching.add_argument("--max-running-requests", type=int, default=defaults.max_running_requests, metavar="N",
                           help=f"requests decoded together (default: {defaults.max_running_requests})")
-    batching.add_argument("--max-prefill-length", type=int, default=defaults.max_prefill_tokens, metavar="TOKENS",
+    batching.add_argument("--max-prefill-tokens", "--max-prefill-length", dest="max_prefill_tokens", type=int,
+                          default=defaults.max_prefill_tokens, metavar="TOKENS",
                           help="prompt tokens per prefill step; longer prompts are chunked "
                           f"(default: {defaults.max_prefill_tokens})")
     batching.add_argument("--page-size", type=int, default=defaults.page_size, metavar="TOKENS",
@@ -144,7 +144,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         load_format=ns.load_format,
         seed=ns.seed,
         max_running_requests=ns.max_running_requests,
-        max_prefill_tokens=ns.max_prefill_length,
+        max_prefill_tokens=ns.max_prefill_tokens,
     )
     return ServerArgs(
         scheduler=scheduler,
@@ -166,7 +166,7 @@ def check_args(args: ServerArgs) -> ServerArgs:
     config = args.scheduler
     positive = {"--tp-size": config.tp_info.size, "--num-tokenizers": args.num_tokenizers,
                 "--max-running-requests": config.max_running_requests,
-                "--max-prefill-length": config.max_prefill_tokens, "--page-size": config.page_size,
+                "--max-prefill-tokens": config.max_prefill_tokens, "--page-size": config.page_size,
                 "--max-pending-requests": args.max_pending_requests}
     for flag, value in positive.items():
         if value < 1:

@@ -13,11 +13,8 @@ import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import zmq
-import zmq.asyncio
-
 from minisgl.core import SamplingParams
-from minisgl.message import AbortRequest, TextOutput, TokenizeRequest, decode_message, encode_message
+from minisgl.message import AbortRequest, AsyncPullQueue, IpcAddresses, PushQueue, TextOutput, TokenizeRequest
 
 DISCONNECT_POLL_S = 1.0  # how often a waiting request checks whether its client is still there
 
@@ -35,18 +32,10 @@ class ClientGone(Exception):
 
 
 class Frontend:
-    def __init__(self, tokenizer_addrs: list[str], api_addr: str, max_pending: int) -> None:
+    def __init__(self, addrs: IpcAddresses, max_pending: int) -> None:
         self.max_pending = max_pending
-        self._push_context = zmq.Context()  # sends never wait (no high-water mark), so plain sockets
-        self._tokenizers = []
-        for addr in tokenizer_addrs:
-            sock = self._push_context.socket(zmq.PUSH)
-            sock.setsockopt(zmq.SNDHWM, 0)  # never block the event loop; max_pending bounds the queue
-            sock.connect(addr)
-            self._tokenizers.append(sock)
-        self._pull_context = zmq.asyncio.Context()
-        self._outputs = self._pull_context.socket(zmq.PULL)
-        self._outputs.bind(api_addr)
+        self._tokenizers = [PushQueue(addr) for addr in addrs.tokenizers]  # sends never block the event loop
+        self._outputs = AsyncPullQueue(addrs.api)
         self._streams: dict[int, asyncio.Queue[TextOutput | Exception]] = {}
         self._uids = itertools.count()
         self.failure: str | None = None
@@ -60,7 +49,7 @@ class Frontend:
     async def _read_outputs(self) -> None:
         try:
             while True:
-                output: TextOutput = decode_message(await self._outputs.recv())
+                output: TextOutput = await self._outputs.get()
                 stream = self._streams.get(output.uid)
                 if stream is not None:
                     stream.put_nowait(output)
@@ -91,16 +80,16 @@ class Frontend:
         uid = next(self._uids)
         self._streams[uid] = asyncio.Queue()
         request = TokenizeRequest(uid, sampling, text, messages, input_ids, list(stop or []))
-        self._tokenizer_of(uid).send(encode_message(request))
+        self._tokenizer_of(uid).put(request)
         return RequestStream(self, uid)
 
-    def _tokenizer_of(self, uid: int) -> zmq.Socket:
+    def _tokenizer_of(self, uid: int) -> PushQueue:
         return self._tokenizers[uid % len(self._tokenizers)]
 
     def abort(self, uid: int) -> None:
         """Forget `uid` and tell rank 0 to stop it and free its KV pages."""
         if self._streams.pop(uid, None) is not None:
-            self._tokenizer_of(uid).send(encode_message(AbortRequest(uid)))
+            self._tokenizer_of(uid).put(AbortRequest(uid))
 
     def fail_all(self, reason: str) -> None:
         """A child died: end every waiting request with `Unavailable`, and refuse new ones."""
@@ -112,8 +101,9 @@ class Frontend:
         if self._reader is not None:
             self._reader.cancel()
             await asyncio.gather(self._reader, return_exceptions=True)
-        self._push_context.destroy(linger=0)
-        self._pull_context.destroy(linger=0)
+        for tokenizer in self._tokenizers:
+            tokenizer.close()
+        self._outputs.close()
 
 
 class RequestStream:

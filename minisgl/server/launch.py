@@ -14,187 +14,58 @@ SIGTERM stops every child within seconds, and each child also exits by itself if
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import multiprocessing as mp
-import multiprocessing.connection
-import os
-import queue
-import shutil
 import signal
-import threading
-import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 
-import zmq
-
-from minisgl.message import ShutdownRequest, encode_message
+from minisgl.message import IpcAddresses
 from minisgl.models.config import ModelError
-from minisgl.tokenizer.process import run_detokenizer_process, run_tokenizer_process
-from minisgl.utils import make_ipc_dir
+from minisgl.process import ChildDied, ChildGroup, ChildWatcher, LaunchError
+from minisgl.scheduler.process import shut_down_ranks, spawn_ranks
+from minisgl.tokenizer.process import run_detokenizer, run_tokenizer
 
 from .args import ArgsError, ServerArgs, bind_http_socket, check_args
-from .ranks import LaunchError, RankGroup, describe_exit, first_dead, stop_processes
 
 logger = logging.getLogger("minisgl")
 
 GRACEFUL_STOP_S = 3.0
 
 
-class ChildDied(LaunchError):
-    """A child process exited; `exitcode` is negative when a signal killed it."""
-
-    def __init__(self, message: str, exitcode: int) -> None:
-        super().__init__(message)
-        self.exitcode = exitcode
-
-
+@dataclass
 class ServerProcesses:
-    """The children of one server: the scheduler ranks, the tokenizer workers, the detokenizer,
-    and the ipc:// addresses the main process uses to reach them."""
+    """The children of one server (the scheduler ranks, the tokenizer workers, the detokenizer)
+    and the addresses of their sockets: the main process pushes to `addrs.tokenizers` and pulls
+    `TextOutput`s from `addrs.api`."""
 
-    def __init__(self, ranks: RankGroup, helpers: list[BaseProcess], acks: mp.Queue, ipc_dir: str) -> None:
-        self.ranks = ranks
-        self.helpers = helpers  # the tokenizer workers, then the detokenizer
-        self._acks = acks  # ("ready" | "error", name, detail) from each helper
-        self._ready: set[str] = set()
-        self.ready = False  # every child acked
-        self._ipc_dir = ipc_dir
-        self.api_addr = _api_addr(ipc_dir)  # the main process PULLs TextOutputs here ...
-        self.tokenizer_addrs = [_tokenizer_addr(ipc_dir, i) for i in range(len(helpers) - 1)]  # ... and PUSHes to these
+    group: ChildGroup
+    addrs: IpcAddresses
+    ranks: list[BaseProcess]
 
     @classmethod
     def start(cls, args: ServerArgs) -> ServerProcesses:
-        """Spawn every child, then wait for all acks; on any failure stop them all and raise
-        `LaunchError` naming the child that failed."""
-        ipc_dir = make_ipc_dir()
-        detokenizer_addr = f"ipc://{ipc_dir}/detokenizer"
-        # rank 0 pushes its TokenOutputs straight to the detokenizer, never back to main
-        ranks = RankGroup.spawn(dataclasses.replace(args.scheduler, outputs_addr=detokenizer_addr))
-        ctx = mp.get_context("spawn")
-        acks: mp.Queue = ctx.Queue()
-        model_path, scheduler_addr = args.scheduler.model_path, ranks.config.requests_addr
-        helpers = [
-            ctx.Process(target=run_tokenizer_process, name=f"minisgl-tokenizer-{i}", daemon=False,
-                        args=(f"minisgl-tokenizer-{i}", model_path, _tokenizer_addr(ipc_dir, i),
-                              scheduler_addr, detokenizer_addr, acks))
-            for i in range(args.num_tokenizers)
-        ]
-        helpers.append(
-            ctx.Process(target=run_detokenizer_process, name="minisgl-detokenizer", daemon=False,
-                        args=("minisgl-detokenizer", model_path, detokenizer_addr, _api_addr(ipc_dir),
-                              scheduler_addr, acks))
-        )
-        processes = cls(ranks, helpers, acks, ipc_dir)
+        """Spawn every child, then wait for all acks (model and tokenizer loading overlap); on any
+        failure stop them all and raise `LaunchError` naming the child that failed."""
+        group = ChildGroup()
+        addrs = IpcAddresses.in_dir(group.ipc_dir, args.num_tokenizers)
+        model_path = args.scheduler.model_path
         try:
-            for process in helpers:
-                process.start()
-            processes.wait_ready(args.start_timeout_s)
+            ranks = spawn_ranks(group, args.scheduler, addrs)
+            for i in range(args.num_tokenizers):
+                group.spawn(f"minisgl-tokenizer-{i}", run_tokenizer, i, model_path, addrs)
+            group.spawn("minisgl-detokenizer", run_detokenizer, model_path, addrs)
+            group.wait_ready(args.start_timeout_s, fix="raise --start-timeout")
         except BaseException:
-            processes.shutdown()
+            group.stop()  # (wait_ready stops a group that fails; a second stop does nothing)
             raise
-        return processes
-
-    @property
-    def all(self) -> list[BaseProcess]:
-        return [*self.ranks.processes, *self.helpers]
-
-    def wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not self._poll_acks(wait_s=0.2):
-            if time.monotonic() > deadline:
-                waiting = [] if self.ranks.poll_acks() else ["the scheduler ranks"]
-                waiting += [p.name for p in self.helpers if p.name not in self._ready]
-                raise LaunchError(f"{', '.join(waiting)} did not start within {timeout_s:.0f} s (--start-timeout)")
-            try:
-                self.check_alive()
-            except LaunchError:
-                self._poll_acks()  # a child that failed said why just before exiting: prefer its words
-                raise
-        self.ready = True
-        for process in self.all:
-            logger.info("started %s (pid %d)", process.name, process.pid)
-
-    def _poll_acks(self, wait_s: float = 0.0) -> bool:
-        """Take the acks that arrived, waiting up to `wait_s` for one; True once every child is
-        ready. An error ack raises `LaunchError` naming its child."""
-        helpers_ready = len(self._ready) == len(self.helpers)
-        ranks_ready = self.ranks.poll_acks(wait_s=wait_s if helpers_ready else 0.0)
-        while len(self._ready) < len(self.helpers):
-            try:
-                status, name, detail = self._acks.get(timeout=wait_s) if wait_s else self._acks.get_nowait()
-            except queue.Empty:
-                break
-            if status == "error":
-                raise LaunchError(f"{name} failed to start: {detail}")
-            self._ready.add(name)
-            wait_s = 0.0
-        return ranks_ready and len(self._ready) == len(self.helpers)
-
-    def check_alive(self) -> None:
-        """Raise `LaunchError` naming a child that exited (none ever should). When one death causes
-        others (a rank killed by a signal makes its peers' collectives fail), name the killed one."""
-        culprit = first_dead(self.all)
-        if culprit is not None:
-            raise ChildDied(describe_exit(culprit), culprit.exitcode)
+        return cls(group, addrs, ranks)
 
     def shutdown(self, graceful: bool = True) -> None:
         """Stop every child. `graceful`: first ask the ranks to leave their loop (a ShutdownRequest
         that rank 0 broadcasts), so they exit cleanly; whatever still runs then gets SIGTERM."""
-        if graceful and self.ready and all(p.is_alive() for p in self.ranks.processes):
-            context = zmq.Context()
-            sock = context.socket(zmq.PUSH)
-            sock.setsockopt(zmq.LINGER, 1000)
-            sock.connect(self.ranks.config.requests_addr)
-            sock.send(encode_message(ShutdownRequest()))
-            context.destroy(linger=1000)
-            deadline = time.monotonic() + GRACEFUL_STOP_S
-            for process in self.ranks.processes:
-                process.join(max(0.0, deadline - time.monotonic()))
-        stop_processes(self.all)  # SIGTERM to all at once, then wait: seconds, not seconds per child
-        self.ranks.shutdown()
-        shutil.rmtree(self._ipc_dir, ignore_errors=True)
-
-
-def _api_addr(ipc_dir: str) -> str:
-    return f"ipc://{ipc_dir}/api"
-
-
-def _tokenizer_addr(ipc_dir: str, index: int) -> str:
-    return f"ipc://{ipc_dir}/tokenizer-{index}"
-
-
-class ChildWatcher(threading.Thread):
-    """Sleeps until a child exits (the OS wakes it: no polling delay), then records which one and
-    calls `on_failure`, which the serving loop sets to make itself return."""
-
-    def __init__(self, processes: ServerProcesses) -> None:
-        super().__init__(daemon=True, name="child-watcher")
-        self.processes = processes
-        self.on_failure: Callable[[str], None] = lambda reason: None
-        self.failure: LaunchError | None = None
-        self._wake_r, self._wake_w = os.pipe()  # stop() writes here to end the wait
-
-    def run(self) -> None:
-        ready = mp.connection.wait([p.sentinel for p in self.processes.all] + [self._wake_r])
-        if self._wake_r in ready:
-            return
-        for process in self.processes.all:
-            if process.sentinel in ready:
-                process.join(1.0)  # its sentinel closes a moment before its exit code can be read
-        try:
-            self.processes.check_alive()
-        except LaunchError as error:
-            self.failure = error
-            self.on_failure(str(error))
-
-    def stop(self) -> None:
-        os.write(self._wake_w, b"x")
-        if self.is_alive():
-            self.join()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        if graceful and all(p.is_alive() for p in self.ranks):
+            shut_down_ranks(self.ranks, self.addrs, GRACEFUL_STOP_S)
+        self.group.stop()  # SIGTERM to all at once, then wait: seconds, not seconds per child
 
 
 class StopRequested(Exception):
@@ -235,7 +106,7 @@ def launch_server(args: ServerArgs) -> int:
         logger.info("starting %s: tp=%d on %s, %d tokenizer(s)", args.served_model_name, config.tp_info.size,
                     config.device, args.num_tokenizers)
         processes = ServerProcesses.start(args)
-        watcher = ChildWatcher(processes)
+        watcher = ChildWatcher(processes.group)
         if args.shell:
             from .shell import run_shell
 

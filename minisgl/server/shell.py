@@ -12,7 +12,9 @@ from minisgl.core import SamplingParams
 
 from .args import ServerArgs
 from .frontend import Frontend
-from .launch import ChildWatcher, ServerProcesses
+from minisgl.process import ChildWatcher
+
+from .launch import ServerProcesses
 
 SHELL_SAMPLING = SamplingParams(temperature=0.7, top_p=0.9, max_tokens=1024)
 HELP = "/reset forgets the conversation, /exit leaves (so do Ctrl-D and Ctrl-C)"
@@ -61,7 +63,7 @@ def run_shell(args: ServerArgs, processes: ServerProcesses, watcher: ChildWatche
 
 
 async def _start(processes: ServerProcesses) -> Frontend:
-    frontend = Frontend(processes.tokenizer_addrs, processes.api_addr, max_pending=1)
+    frontend = Frontend(processes.addrs, max_pending=1)
     frontend.start()
     return frontend
 

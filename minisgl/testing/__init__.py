@@ -1,1 +1,9 @@
-"""Helpers for tests and course exercises: tiny deterministic checkpoints (`tiny_models`)."""
+"""Helpers for the tests, the course notebooks, the exercise grader and the benchmarks:
+
+- `tiny_models`: tiny deterministic random-weight checkpoints with real tokenizers (chapter 00);
+- `shapes`: config-only directories of real model shapes, for dummy-weight runs;
+- `multiprocess`: `run_ranks`, a function on N real gloo ranks (chapters 01-09);
+- `engine_runs`: one in-process scheduler driven with token ids;
+- `attention_checks`: paged-attention cases against the torch reference backend (chapter 10);
+- `server`: `python -m minisgl` as a subprocess on a free port.
+"""

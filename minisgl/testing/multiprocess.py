@@ -1,7 +1,8 @@
 """Run a function on N real ranks (spawned processes joined in a gloo group) and collect results.
 
-Used by the engine's tests and by the exercise grader: every call gets a free port and a
-timeout, and a failing rank's exception comes back with its rank number instead of a hang.
+Used by the engine's tests, the chapter notebooks (chapters 01-09) and the exercise grader: every
+call gets a free port and a timeout, and a failing rank's exception comes back with its rank number
+instead of a hang.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from minisgl.distributed import destroy_distributed, enable_torch_distributed, set_tp_info
+from minisgl.distributed import barrier, destroy_distributed, enable_torch_distributed, set_tp_info
 from minisgl.utils import free_port
 
 
@@ -35,7 +36,7 @@ def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, port: int, re
         )
         set_tp_info(rank, world_size)
         enable_torch_distributed(dist.group.WORLD)
-        dist.barrier()  # everyone is in the group before any rank's logic starts
+        barrier(dist.group.WORLD)  # everyone is in the group before any rank's logic starts
         # pickled here: a tensor put on an mp.Queue as-is travels as a shared-memory handle that
         # dies with this process, before the parent may have read it
         results.put((rank, "ok", pickle.dumps(fn(rank, world_size, *args))))
@@ -70,7 +71,8 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: fl
                 missing = sorted(set(range(world_size)) - set(collected))
                 dead = [r for r in missing if procs[r].exitcode is not None]
                 if dead:
-                    raise RankFailed(f"rank {dead[0]} died (exit code {procs[dead[0]].exitcode}) without a result") from None
+                    code = procs[dead[0]].exitcode
+                    raise RankFailed(f"rank {dead[0]} died (exit code {code}) without a result") from None
                 if time.monotonic() > deadline:
                     raise RankFailed(f"ranks {missing} gave no result within {timeout_s:.0f} s") from None
                 continue

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from minisgl.server.ranks import free_port
+from minisgl.utils import free_port
 
 
 class ServerFailed(RuntimeError):

@@ -1,5 +1,6 @@
-"""Tiny random-weight checkpoints (Llama, Qwen2, Qwen3, Mistral, Qwen3-MoE) with real tokenizers,
-built deterministically in a few milliseconds for the engine tests and the course exercises.
+"""Tiny random-weight checkpoints (Llama, Qwen2, Qwen3, Mistral) with real tokenizers, built
+deterministically in a few milliseconds for the engine tests and the course exercises (chapter 00).
+The Qwen3-MoE one is built for a later mixture-of-experts chapter; the engine does not serve it yet.
 
 Run `python -m minisgl.testing.tiny_models` to build them all and print what each one covers.
 """
@@ -23,7 +24,8 @@ from transformers import (
     Qwen3MoeConfig,
 )
 
-from minisgl.models.default_model import building_checkpoint, is_complete_checkpoint, minisgl_cache_dir
+from minisgl.models.default_model import building_checkpoint, is_complete_checkpoint
+from minisgl.utils import minisgl_cache_dir
 
 # Large enough that logits differ clearly between tokens, so greedy output depends on the prompt.
 WEIGHT_STD = 0.2

@@ -3,90 +3,63 @@
     API --TokenizeRequest--> tokenizer i --GenerateRequest--> rank 0 --TokenOutput--> detokenizer --TextOutput--> API
                                          \\--DetokenizeStart (stop strings, or an error)--/
 
-Like a scheduler rank, each reports ("ready" | "error", name, detail) on the launcher's ack queue,
-ignores Ctrl-C (the launcher stops it) and exits by itself if the launcher dies.
+Each runs as a child of the server's `ChildGroup` (`minisgl.process`), which acks, logs and stops it
+like a scheduler rank.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
-from multiprocessing.queues import Queue
 from pathlib import Path
 
-import zmq
-
-from minisgl.message import AbortRequest, DetokenizeStart, TokenizeRequest, decode_message, encode_message
-from minisgl.scheduler.process import exit_when_parent_dies
-from minisgl.utils import reporting_start_failure
+from minisgl.message import AbortRequest, DetokenizeStart, IpcAddresses, PullQueue, PushQueue, TokenizeRequest
+from minisgl.process import Ready
 
 from .detokenize import Detokenizer
 from .tokenize import PromptTokenizer
 
 
-def run_tokenizer_process(
-    name: str, model_path: Path, inbox_addr: str, scheduler_addr: str, detokenizer_addr: str, ack_queue: Queue
-) -> None:
-    """Tokenize each `TokenizeRequest`: announce it to the detokenizer, then send it to rank 0.
-    An `AbortRequest` passes through to rank 0 in order, behind the request it aborts."""
-    _become_child(name)
-    with reporting_start_failure(ack_queue, name):
-        tokenizer = PromptTokenizer(model_path)
-        context = zmq.Context()
-        inbox = context.socket(zmq.PULL)
-        inbox.bind(inbox_addr)
-        to_scheduler = context.socket(zmq.PUSH)
-        to_scheduler.connect(scheduler_addr)
-        to_detokenizer = context.socket(zmq.PUSH)
-        to_detokenizer.connect(detokenizer_addr)
-    ack_queue.put(("ready", name, ""))
+def run_tokenizer(index: int, model_path: Path, addrs: IpcAddresses, ready: Ready) -> None:
+    """Tokenizer worker `index`: tokenize each `TokenizeRequest`, announce it to the detokenizer,
+    then send it to rank 0. An `AbortRequest` passes through to rank 0 in order, behind the
+    request it aborts."""
+    tokenizer = PromptTokenizer(model_path)
+    inbox = PullQueue(addrs.tokenizers[index])
+    to_scheduler = PushQueue(addrs.scheduler)
+    to_detokenizer = PushQueue(addrs.detokenizer)
+    ready()
     while True:
-        message = decode_message(inbox.recv())
+        message = inbox.get()
         if isinstance(message, AbortRequest):
-            to_scheduler.send(encode_message(message))
+            to_scheduler.put(message)
             continue
         assert isinstance(message, TokenizeRequest), message
         try:
             request = tokenizer.prepare(message)
         except Exception as error:  # this request is bad, the worker is fine: report and go on
             logging.info("request %d rejected: %s", message.uid, error)
-            to_detokenizer.send(encode_message(DetokenizeStart(message.uid, error=_one_line(error))))
+            to_detokenizer.put(DetokenizeStart(message.uid, error=_one_line(error)))
             continue
         # the start goes first: the detokenizer must know the stop strings before tokens arrive
-        to_detokenizer.send(encode_message(DetokenizeStart(message.uid, message.stop, len(request.input_ids))))
-        to_scheduler.send(encode_message(request))
+        to_detokenizer.put(DetokenizeStart(message.uid, message.stop, len(request.input_ids)))
+        to_scheduler.put(request)
 
 
-def run_detokenizer_process(
-    name: str, model_path: Path, inbox_addr: str, api_addr: str, scheduler_addr: str, ack_queue: Queue
-) -> None:
+def run_detokenizer(model_path: Path, addrs: IpcAddresses, ready: Ready) -> None:
     """Turn rank 0's `TokenOutput`s into `TextOutput`s for the API; abort requests that hit a stop string."""
-    _become_child(name)
-    with reporting_start_failure(ack_queue, name):
-        from transformers import AutoTokenizer
+    from transformers import AutoTokenizer
 
-        detokenizer = Detokenizer(AutoTokenizer.from_pretrained(model_path))
-        context = zmq.Context()
-        inbox = context.socket(zmq.PULL)  # rank 0's outputs and the tokenizers' starts
-        inbox.bind(inbox_addr)
-        to_api = context.socket(zmq.PUSH)
-        to_api.connect(api_addr)
-        to_scheduler = context.socket(zmq.PUSH)
-        to_scheduler.connect(scheduler_addr)
-    ack_queue.put(("ready", name, ""))
+    detokenizer = Detokenizer(AutoTokenizer.from_pretrained(model_path))
+    inbox = PullQueue(addrs.detokenizer)  # rank 0's outputs and the tokenizers' starts
+    to_api = PushQueue(addrs.api)
+    to_scheduler = PushQueue(addrs.scheduler)
+    ready()
     while True:
-        texts, aborts = detokenizer.handle(decode_message(inbox.recv()))
+        texts, aborts = detokenizer.handle(inbox.get())
         for text in texts:
-            to_api.send(encode_message(text))
+            to_api.put(text)
         for abort in aborts:
-            to_scheduler.send(encode_message(abort))
-
-
-def _become_child(name: str) -> None:
-    logging.basicConfig(level=os.environ.get("MINISGL_LOG_LEVEL", "WARNING"), format=f"[{name}] %(message)s")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group; the launcher stops us
-    exit_when_parent_dies()
+            to_scheduler.put(abort)
 
 
 def _one_line(error: Exception) -> str:

@@ -17,7 +17,7 @@ Q1 = "c"
 # start_subprocess wait for?
 Q2 = 4
 
-# Q3 (number). minisgl's RankGroup at tp = 4: how many acks from ranks does it wait for?
+# Q3 (number). minisgl's ChildGroup of an LLM at tp = 4: how many acks from ranks does it wait for?
 Q3 = 4
 
 # Q4 (choice). What must a rank do before it constructs any layer?
@@ -27,7 +27,7 @@ Q3 = 4
 #   d) call set_tp_info(rank, size)
 Q4 = "d"
 
-# Q5 (choice). When does RankGroup.start return?
+# Q5 (choice). When does ChildGroup.wait_ready return?
 #   a) right after every Process.start() call
 #   b) once every rank has acked "ready"
 #   c) after the HTTP server answers /health

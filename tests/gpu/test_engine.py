@@ -53,7 +53,8 @@ def _minisgl_logits(model_dir: Path, prompts: list[list[int]], dtype: str, next_
             req = Req(uid, prompt, SamplingParams(temperature=0), len(prompt) + 1)
             req.pages = engine.kv_pool.allocator.allocate(engine.kv_pool.pages_for(len(prompt) + 1))
             reqs.append(req)
-        prefill = engine.forward_logits(make_prefill_batch(reqs, [len(p) for p in prompts], engine.kv_pool, CPU)).float()
+        prefill_batch = make_prefill_batch(reqs, [len(p) for p in prompts], engine.kv_pool, CPU)
+        prefill = engine.forward_logits(prefill_batch).float()
         for req, token in zip(reqs, next_tokens):
             req.cached_len = len(req.input_ids)
             req.output_ids.append(token)
@@ -123,7 +124,10 @@ def _greedy(model_dir: Path, prompts: list[list[int]], **overrides) -> list[list
 @pytest.mark.parametrize("name", ["llama", "qwen3", "smollm2-random"])
 def test_greedy_tokens_same_with_graphs_and_overlap_on_or_off(name: str, tiny_model_dir, smollm2_random_dir) -> None:
     model_dir = smollm2_random_dir if name == "smollm2-random" else tiny_model_dir(name)
-    vocab = SHAPES["smollm2-135m"]["vocab_size"] if name == "smollm2-random" else TINY_MODEL_SPECS[name].config.vocab_size
+    if name == "smollm2-random":
+        vocab = SHAPES["smollm2-135m"]["vocab_size"]
+    else:
+        vocab = TINY_MODEL_SPECS[name].config.vocab_size
     prompts = _prompts(vocab, (3, 40, 17, 200, 1), seed=3)  # 5 requests: graph bucket 8 pads 3 rows
     reference = _greedy(model_dir, prompts, cuda_graph_max_bs=0, overlap_schedule=False)
     for graphs in (0, 8):
@@ -137,7 +141,8 @@ def test_dummy_weights_from_a_config_only_dir(shape: str, tmp_path: Path) -> Non
     model_dir = make_shape_dir(shape, tmp_path / shape)
     run = InProcessRun(_config(model_dir, load_format="dummy", kv_memory_gb=2.0))
     try:
-        out = run.generate([[1, 2, 3, 4], list(range(10, 50))], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))
+        greedy = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+        out = run.generate([[1, 2, 3, 4], list(range(10, 50))], greedy)
         assert [len(tokens) for tokens in out] == [6, 6]
         assert all(0 <= t < SHAPES[shape]["vocab_size"] for tokens in out for t in tokens)
     finally:

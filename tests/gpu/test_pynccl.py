@@ -53,7 +53,8 @@ def _greedy_tp(tp: int, dist_backend: str, model_dir) -> list[list[int]]:
     prompts = [torch.randint(3, vocab, (n,), generator=generator).tolist() for n in (3, 17, 40)]
     with LLM(model_dir, tp_size=tp, device="cuda", dtype="float32", dist_backend=dist_backend, kv_memory_gb=1.0,
              progress=False) as llm:
-        return [out.token_ids for out in llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))]
+        greedy = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+        return [out.token_ids for out in llm.generate(prompts, greedy)]
 
 
 @pytest.mark.timeout(600)

@@ -1,4 +1,5 @@
-"""Make Triton's CPU interpreter (TRITON_INTERPRET=1) run our kernels under NumPy 2.
+"""Make Triton's CPU interpreter (TRITON_INTERPRET=1) run our kernels under NumPy 2 (chapter 10 runs
+them there).
 
 The interpreter keeps every scalar as a one-element array, and a loop bound such as
 `range(start, seq_len, BLOCK)` turns it into a Python int with `int(array)`, which NumPy 2 refuses

@@ -7,8 +7,8 @@ its input once and writing its output once; the math runs in fp32, rounding wher
 rounds (the residual sum; the RMSNorm before and after its scale).
 
 - `rms_norm(x, weight, eps, residual)`: optional `x + residual` (returned, rounded to x's dtype as
-  torch would), then y = round(r / sqrt(mean(r^2) + eps)) * weight (Hugging Face's rounding order), over the last dim of a [rows, heads, d]
-  view (q/k norm of Qwen3 normalises each head).
+  torch would), then y = round(r / sqrt(mean(r^2) + eps)) * weight (Hugging Face's rounding order),
+  over the last dim of a [rows, heads, d] view (q/k norm of Qwen3 normalises each head).
 - `rope(positions, q, k, cos_sin)`: rotate-half RoPE of q and k in one launch.
 - `silu_and_mul(gate_up)`: silu(gate) * up.
 """
@@ -115,7 +115,8 @@ def rope(
     [max_position, d] = [cos | sin] halves. Returns rotated contiguous copies."""
     tokens, num_q, dim = q.shape
     num_k = k.shape[1]
-    q_out, k_out = torch.empty(q.shape, dtype=q.dtype, device=q.device), torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     if tokens == 0:
         return q_out, k_out
     if q.stride(-1) != 1:

@@ -12,8 +12,8 @@ previous kernel.
 
 Every kernel launched this way waits before it exits, so "kernel N finished" still implies
 "everything before kernel N finished": the ordering of the stream is kept, only the gaps shrink.
-Kernels call both helpers with a constexpr flag (`pdl_launch_options` passes it with the launch), which is False on GPUs before Hopper and in
-Triton's CPU interpreter (which has no inline assembly).
+Kernels call both helpers with a constexpr flag (`pdl_launch_options` passes it with the launch),
+which is False on GPUs before Hopper and in Triton's CPU interpreter (which has no inline assembly).
 """
 
 from __future__ import annotations

@@ -1,0 +1,131 @@
+"""ZMQ sockets, wrapped once: queues that encode and decode messages themselves (chapters 02, 06).
+
+No other file creates a ZMQ socket. One rule decides who binds: the one reader of a queue binds
+its address, every writer connects to it (PULL and SUB read; PUSH and PUB write). Sends never
+block: a PUSH queue has no high-water mark, because the senders bound their own backlog (the API
+caps the requests in flight). Closing drops unsent messages unless the caller asks to wait
+(`close(linger_ms=...)`), so a dead peer never blocks an exit.
+
+- `PushQueue` / `PullQueue`: many writers, one reader (requests to rank 0, outputs to the
+  detokenizer, ...); `AsyncPullQueue` is the API's reader inside its event loop;
+- `PubQueue` / `SubQueue`: rank 0 publishes each step's messages to the other ranks (chapter 06).
+  Rank 0 forwards the bytes it pulled as they are (`put_raw`), without decoding and re-encoding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from .messages import decode_message, encode_message
+
+
+class _Queue:
+    """One socket of `kind` at `addr`, from the process-wide ZMQ context."""
+
+    def __init__(self, kind: int, addr: str, bind: bool) -> None:
+        self.socket = zmq.Context.instance().socket(kind)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        if bind:
+            self.socket.bind(addr)
+        else:
+            self.socket.connect(addr)
+
+    def close(self, linger_ms: int = 0) -> None:
+        """Close the socket; `linger_ms` > 0 waits that long for unsent messages to leave."""
+        self.socket.close(linger=linger_ms)
+
+
+class PushQueue(_Queue):
+    """Writes messages to the reader bound at `addr`."""
+
+    def __init__(self, addr: str) -> None:
+        super().__init__(zmq.PUSH, addr, bind=False)
+        self.socket.setsockopt(zmq.SNDHWM, 0)  # never block the sender (no high-water mark)
+
+    def put(self, message: Any) -> None:
+        self.socket.send(encode_message(message))
+
+
+class PullQueue(_Queue):
+    """Reads the messages every writer pushes to `addr` (binds it)."""
+
+    def __init__(self, addr: str) -> None:
+        super().__init__(zmq.PULL, addr, bind=True)
+
+    def get(self) -> Any:
+        """The next message; waits as long as it takes."""
+        return decode_message(self.socket.recv())
+
+    def get_all(self, wait_ms: int) -> list[Any]:
+        """Every message that arrived, waiting up to `wait_ms` for the first (none: [])."""
+        return [decode_message(payload) for payload in self.get_all_raw(wait_ms)]
+
+    def get_all_raw(self, wait_ms: int) -> list[bytes]:
+        """Like `get_all`, but the encoded bytes, for a reader that forwards them (rank 0)."""
+        if wait_ms > 0:
+            self.socket.poll(wait_ms)
+        payloads = []
+        while True:
+            try:
+                payloads.append(self.socket.recv(zmq.NOBLOCK))
+            except zmq.Again:
+                return payloads
+
+
+class AsyncPullQueue:
+    """`PullQueue` for an asyncio reader (the API): `await get()` waits without blocking the loop."""
+
+    def __init__(self, addr: str) -> None:
+        self._context = zmq.asyncio.Context()  # its own: an asyncio socket must come from an asyncio context
+        self.socket = self._context.socket(zmq.PULL)
+        self.socket.bind(addr)
+
+    async def get(self) -> Any:
+        return decode_message(await self.socket.recv())
+
+    def close(self) -> None:
+        self._context.destroy(linger=0)
+
+
+class PubQueue(_Queue):
+    """Rank 0's end of the broadcast: every payload reaches every subscriber (binds `addr`).
+
+    An XPUB socket, which also reports each subscription: PUB drops what it sends before a
+    subscriber has joined, so rank 0 first waits until all of them have (`wait_for_subscribers`)."""
+
+    def __init__(self, addr: str) -> None:
+        super().__init__(zmq.XPUB, addr, bind=True)
+        self.socket.setsockopt(zmq.XPUB_VERBOSE, 1)  # report every subscriber, not just the first
+
+    def wait_for_subscribers(self, count: int, timeout_ms: int) -> None:
+        """Return once `count` subscribers joined; raise `TimeoutError` after `timeout_ms`."""
+        self.socket.setsockopt(zmq.RCVTIMEO, timeout_ms)
+        for joined in range(count):
+            try:
+                self.socket.recv()  # one subscription frame per SUB socket
+            except zmq.Again:
+                raise TimeoutError(f"{joined} of {count} ranks subscribed to rank 0's broadcast "
+                                   f"within {timeout_ms / 1000:g} s") from None
+
+    def put_raw(self, payload: bytes) -> None:
+        self.socket.send(payload)
+
+
+class SubQueue(_Queue):
+    """A rank's end of the broadcast (connects to rank 0's `addr`); a read that waits longer than
+    `timeout_ms` raises `TimeoutError` instead of hanging."""
+
+    def __init__(self, addr: str, timeout_ms: int) -> None:
+        super().__init__(zmq.SUB, addr, bind=False)
+        self.socket.setsockopt(zmq.SUBSCRIBE, b"")
+        self.socket.setsockopt(zmq.RCVTIMEO, timeout_ms)
+        self._timeout_ms = timeout_ms
+
+    def get_raw(self) -> bytes:
+        try:
+            return self.socket.recv()
+        except zmq.Again:
+            raise TimeoutError(f"rank 0 published nothing for {self._timeout_ms / 1000:g} s") from None

@@ -1,0 +1,207 @@
+"""The parent side of the child processes of one run (chapter 02): spawn each child, wait for every
+child's ack with a timeout, watch them, and stop them all. The offline `LLM` (tp > 1), the server
+and its shell all start their children through one `ChildGroup`.
+
+Every child reports on one ack queue, keyed by its name: ("ready", name, detail) once it serves, or
+("error", name, detail) when it cannot start (`child.py`). A child that dies without a word (killed
+by the OS, a segfault) is found by its exit code. Either way the error names the child.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import multiprocessing.connection
+import os
+import queue
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Hashable, Mapping
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from .child import child_main
+
+logger = logging.getLogger("minisgl")
+
+IPC_DIR_PREFIX = "minisgl-ipc-"
+ACK_POLL_S = 0.2  # how often a waiting launcher checks exit codes between acks
+
+
+class LaunchError(RuntimeError):
+    """A child failed to start, did not start in time, or died; the message names it."""
+
+
+class ChildDied(LaunchError):
+    """A child process exited; `exitcode` is negative when a signal killed it."""
+
+    def __init__(self, message: str, exitcode: int) -> None:
+        super().__init__(message)
+        self.exitcode = exitcode
+
+
+class ChildGroup:
+    """The child processes of one run and the temp folder of their ipc:// sockets (`ipc_dir`)."""
+
+    def __init__(self) -> None:
+        self._ctx = mp.get_context("spawn")  # fresh interpreters: no forked torch, CUDA or ZMQ state
+        self._acks: mp.Queue = self._ctx.Queue()  # ("ready" | "error", child name, detail)
+        self.children: dict[str, BaseProcess] = {}  # name -> process, in start order
+        self.ipc_dir = make_ipc_dir()
+
+    @property
+    def processes(self) -> list[BaseProcess]:
+        return list(self.children.values())
+
+    def spawn(self, name: str, target: Callable[..., None], *args: Any) -> BaseProcess:
+        """Start child `name` running `target(*args, ready)` (see `child_main`); `target` must be a
+        module-level function, because a spawned child imports it by name."""
+        process = self._ctx.Process(target=child_main, args=(name, self._acks, target, args), name=name, daemon=False)
+        process.start()
+        self.children[name] = process
+        return process
+
+    def wait_ready(self, timeout_s: float, fix: str = "") -> None:
+        """Return once every child acked ready; otherwise stop them all and raise (`wait_for_acks`)."""
+        try:
+            wait_for_acks(self.children, self._acks, timeout_s, fix)
+        except BaseException:
+            self.stop()
+            raise
+        for process in self.processes:
+            logger.info("started %s (pid %d)", process.name, process.pid)
+
+    def check_alive(self) -> None:
+        """Raise `ChildDied` naming a child that exited (none ever should while the group runs)."""
+        culprit = first_dead(self.processes)
+        if culprit is not None:
+            raise ChildDied(describe_exit(culprit), culprit.exitcode)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop every child that still runs (SIGTERM, then SIGKILL after `timeout_s`) and remove
+        the ipc folder."""
+        stop_processes(self.processes, timeout_s)
+        shutil.rmtree(self.ipc_dir, ignore_errors=True)
+
+
+def wait_for_acks(children: Mapping[Hashable, BaseProcess], acks: Any, timeout_s: float, fix: str = "") -> None:
+    """Return once every child acked ("ready", key, detail) on `acks`. Raise `LaunchError` naming the
+    child (by its process name) that acked ("error", key, detail), that exited (checked between
+    acks: a child killed by the OS never acks), or that has not acked after `timeout_s` (`fix` says
+    how to give it more time)."""
+    ready: set[Hashable] = set()
+    deadline = time.monotonic() + timeout_s
+    while len(ready) < len(children):
+        try:
+            status, key, detail = acks.get(timeout=ACK_POLL_S)
+        except queue.Empty:
+            status = None
+        if status == "error":
+            raise LaunchError(f"{children[key].name} failed to start: {detail}")
+        if status == "ready":
+            ready.add(key)
+            continue
+        culprit = first_dead(list(children.values()))
+        if culprit is not None:
+            _raise_error_ack(children, acks)  # a child that failed said why just before exiting
+            raise ChildDied(describe_exit(culprit), culprit.exitcode)
+        if time.monotonic() > deadline:
+            waiting = [p.name for k, p in children.items() if k not in ready]
+            hint = f" ({fix})" if fix else ""
+            raise LaunchError(f"{', '.join(waiting)} did not start within {timeout_s:.0f} s{hint}")
+
+
+def _raise_error_ack(children: Mapping[Hashable, BaseProcess], acks: Any) -> None:
+    """Raise the first error ack still on `acks`, if any."""
+    while True:
+        try:
+            status, key, detail = acks.get_nowait()
+        except queue.Empty:
+            return
+        if status == "error":
+            raise LaunchError(f"{children[key].name} failed to start: {detail}")
+
+
+def first_dead(processes: list[BaseProcess]) -> BaseProcess | None:
+    """A process that exited, if any. When one death causes others (a rank killed by a signal
+    makes its peers' collectives fail), the one killed by a signal is the one to name."""
+    dead = [p for p in processes if p.exitcode is not None]
+    return min(dead, key=lambda p: p.exitcode >= 0) if dead else None
+
+
+def describe_exit(process: BaseProcess) -> str:
+    code = process.exitcode
+    if code is not None and code < 0:
+        return f"{process.name} (pid {process.pid}) was killed by {signal.Signals(-code).name}"
+    return f"{process.name} (pid {process.pid}) exited with code {code}"
+
+
+def stop_processes(processes: list[BaseProcess], timeout_s: float = 5.0) -> None:
+    """SIGTERM every live process, wait up to `timeout_s` in total, then SIGKILL the stragglers."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + timeout_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+class ChildWatcher(threading.Thread):
+    """Sleeps until a child of `group` exits (the OS wakes it: no polling delay), then records which
+    one and calls `on_failure`, which a serving loop sets to make itself return."""
+
+    def __init__(self, group: ChildGroup) -> None:
+        super().__init__(daemon=True, name="child-watcher")
+        self.group = group
+        self.on_failure: Callable[[str], None] = lambda reason: None
+        self.failure: LaunchError | None = None
+        self._wake_r, self._wake_w = os.pipe()  # stop() writes here to end the wait
+
+    def run(self) -> None:
+        ready = mp.connection.wait([p.sentinel for p in self.group.processes] + [self._wake_r])
+        if self._wake_r in ready:
+            return
+        for process in self.group.processes:
+            if process.sentinel in ready:
+                process.join(1.0)  # its sentinel closes a moment before its exit code can be read
+        try:
+            self.group.check_alive()
+        except LaunchError as error:
+            self.failure = error
+            self.on_failure(str(error))
+
+    def stop(self) -> None:
+        os.write(self._wake_w, b"x")
+        if self.is_alive():
+            self.join()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+
+def make_ipc_dir() -> str:
+    """A fresh temp folder for this process's ipc:// sockets, named after its pid. Folders whose
+    process is gone (killed with -9, so it never cleaned up) are removed first."""
+    root = tempfile.gettempdir()
+    for name in os.listdir(root):
+        if not name.startswith(IPC_DIR_PREFIX):
+            continue
+        pid = name[len(IPC_DIR_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not _process_exists(int(pid)):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{IPC_DIR_PREFIX}{os.getpid()}-")
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: no signal, only the existence check
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True

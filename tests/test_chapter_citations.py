@@ -1,0 +1,241 @@
+"""Every piece of minisgl a chapter cites exists: the `minisgl/...` paths, the `minisgl.x.y` dotted
+names, the names its code imports from minisgl, and the `name()`, `Class.method` and `ClassName`
+code spans of its prose. A renamed function or a moved file fails here, naming the chapter and the
+citation, instead of leaving a lesson that points at nothing.
+
+Names are found by reading the source of minisgl and of the chapters' helpers (every def, class,
+class attribute, dataclass field and `self.x = ...`), so nothing is imported but the modules a
+chapter names. A span that names another
+project's function (mini-SGLang's, vLLM's, NCCL's C API) is checked against the modules such names
+come from (torch, triton, zmq, transformers, builtins) and, failing those, against `FOREIGN`.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = sorted(ROOT.glob("chapters/[0-9][0-9]-*/README.md"))
+
+# Names of other projects that chapters cite in prose, to compare with ours.
+FOREIGN = {
+    "start_subprocess", "_recv_msg_multi_rank0", "_recv_msg_multi_rank1", "parse_args",  # mini-SGLang
+    "TokenizerManager", "DetokenizerManager", "DataParallelController", "TpModelWorker",  # SGLang
+    "SchedulerOutput",  # vLLM
+    "ncclGetUniqueId", "ncclCommInitRank", "ncclAllReduce", "ncclAllGather", "ncclCommDestroy",  # NCCL's C API
+    "plan",  # FlashInfer's wrappers
+    "TorchDispatchMode",  # torch.utils._python_dispatch
+    "RssAnon", "RssFile",  # fields of /proc/<pid>/status
+}
+# Where a citation that is not ours may come from; the first component may be a usual alias.
+EXTERNAL_MODULES = ("builtins", "torch", "torch.distributed", "torch.nn.functional", "torch.cuda", "triton",
+                    "triton.language", "zmq", "multiprocessing", "transformers", "safetensors", "msgpack")
+ALIASES = {"dist": "torch.distributed", "F": "torch.nn.functional", "tl": "triton.language", "mp": "multiprocessing",
+           "np": "numpy", "nn": "torch.nn"}
+
+PATH = re.compile(r"(?<![\w/.])minisgl/[\w/.\-]*\w/?")
+DOTTED = re.compile(r"(?<![\w.])minisgl(?:\.\w+)+")
+SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+# a call `name(...)`, a dotted `A.b` / `a.b()`, or a bare `ClassName`
+NAME = re.compile(r"^(?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?P<call>\(.*\))?$")
+CAMEL = re.compile(r"^_?[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+$|^[A-Z][a-z]+$")
+
+
+class SourceIndex:
+    """What minisgl and the chapters' helpers define, read from their source: every name, and the
+members of each class."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()  # every function, class, attribute anywhere
+        self.members: dict[str, set[str]] = defaultdict(set)  # class -> its members (bases included)
+        bases: dict[str, list[str]] = {}
+        # the engine, and the helpers the notebooks share (chapters/course.py, chapters/*/workers.py)
+        for path in [*(ROOT / "minisgl").rglob("*.py"), *(ROOT / "chapters").rglob("*.py")]:
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    self.names.add(node.name)
+                elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    for target in targets:
+                        for name in ast.walk(target):
+                            if isinstance(name, ast.Name):
+                                self.names.add(name.id)
+                            elif isinstance(name, ast.Attribute):
+                                self.names.add(name.attr)
+                if isinstance(node, ast.ClassDef):
+                    bases[node.name] = [b.id for b in node.bases if isinstance(b, ast.Name)]
+                    self.members[node.name] |= _class_members(node)
+        for cls in list(self.members):
+            for base in _ancestors(cls, bases):
+                self.members[cls] |= self.members.get(base, set())
+
+    def has(self, name: str) -> bool:
+        return name in self.names
+
+
+def _class_members(cls: ast.ClassDef) -> set[str]:
+    members: set[str] = set()
+    for node in cls.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            members.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            members.add(node.target.id)
+        elif isinstance(node, ast.Assign):
+            members |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    for node in ast.walk(cls):  # self.x = ... in any method
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for part in ast.walk(target):
+                    if isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name) and part.value.id == "self":
+                        members.add(part.attr)
+    return members
+
+
+def _ancestors(cls: str, bases: dict[str, list[str]]) -> list[str]:
+    found: list[str] = []
+    todo = list(bases.get(cls, []))
+    while todo:
+        base = todo.pop()
+        if base not in found:
+            found.append(base)
+            todo += bases.get(base, [])
+    return found
+
+
+def _resolve(dotted: str) -> bool:
+    """Is `dotted` (a.b.c) an importable module, or an attribute chain below one?"""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def _external(name: str) -> bool:
+    """`name` (maybe dotted, maybe behind an alias) exists in one of the usual outside modules."""
+    first, _, rest = name.partition(".")
+    if first in ALIASES:
+        return _resolve(ALIASES[first] + ("." + rest if rest else ""))
+    if first in ("torch", "triton", "zmq", "transformers", "multiprocessing", "numpy"):
+        return _resolve(name)
+    return any(_resolve(f"{module}.{name}") for module in EXTERNAL_MODULES if module != "builtins") or (
+        not rest and hasattr(builtins, name)
+    )
+
+
+def span_problem(span: str, index: SourceIndex) -> str | None:
+    """Why the code span `span` cites something that does not exist (None: fine, or not a citation)."""
+    match = NAME.match(span.strip())
+    if match is None:
+        return None
+    name, call = match["name"], match["call"]
+    if name.startswith("minisgl."):
+        return None if _resolve(name) else "not importable"
+    first, _, rest = name.partition(".")
+    if rest:
+        if first in index.members:  # Class.member
+            member = rest.split(".")[0]
+            return None if member in index.members[first] else f"{first} has no member {member!r}"
+        if CAMEL.match(first) and not index.has(first) and not _external(first) and first not in FOREIGN:
+            return f"no class {first!r}"
+        return None  # obj.method on some variable: too loose to check
+    if call is not None:
+        if index.has(name) or _external(name) or name in FOREIGN:
+            return None
+        return f"no function {name!r}"
+    if CAMEL.match(name) and not (index.has(name) or _external(name) or name in FOREIGN):
+        return f"no class {name!r}"
+    return None
+
+
+def _prose(lesson: str) -> str:
+    return FENCE.sub("", lesson)
+
+
+def _code(lesson: str) -> list[ast.Module]:
+    """The lesson's code blocks that parse as Python (others are text, diagrams, shell)."""
+    trees = []
+    for fence in FENCE.findall(lesson):
+        try:
+            trees.append(ast.parse(fence))
+        except SyntaxError:
+            pass
+    return trees
+
+
+def _defined_in(lesson: str) -> set[str]:
+    """Functions and classes the lesson's own code defines (it may cite them in its prose)."""
+    return {node.name for tree in _code(lesson) for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+
+
+def _imports(lesson: str) -> list[tuple[str, str]]:
+    """(module, name) of each `from minisgl... import name` in the lesson's code."""
+    found = []
+    for tree in _code(lesson):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("minisgl"):
+                found += [(node.module, alias.name) for alias in node.names]
+            elif isinstance(node, ast.Import):
+                found += [(alias.name, "") for alias in node.names if alias.name.startswith("minisgl")]
+    return found
+
+
+@pytest.fixture(scope="module")
+def index() -> SourceIndex:
+    return SourceIndex()
+
+
+@pytest.mark.parametrize("lesson", CHAPTERS, ids=lambda p: p.parent.name)
+def test_cited_paths_exist(lesson: Path) -> None:
+    text = lesson.read_text()
+    missing = sorted({p for p in PATH.findall(text) if not (ROOT / p.rstrip("/")).exists()})
+    assert not missing, f"{lesson.parent.name} cites paths that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("lesson", CHAPTERS, ids=lambda p: p.parent.name)
+def test_cited_modules_and_imports_exist(lesson: Path) -> None:
+    text = lesson.read_text()
+    missing = sorted({name for name in DOTTED.findall(text) if not _resolve(name)})
+    missing += [f"from {module} import {name}" for module, name in _imports(text)
+                if not _resolve(f"{module}.{name}" if name else module)]
+    assert not missing, f"{lesson.parent.name} cites minisgl names that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("lesson", CHAPTERS, ids=lambda p: p.parent.name)
+def test_cited_functions_and_classes_exist(lesson: Path, index: SourceIndex) -> None:
+    text = lesson.read_text()
+    own = _defined_in(text)
+    problems = sorted({f"`{span}`: {why}" for span in SPAN.findall(_prose(text))
+                       if span.split("(")[0].split(".")[0] not in own and (why := span_problem(span, index))})
+    assert not problems, f"{lesson.parent.name} cites code that does not exist:\n  " + "\n  ".join(problems)
+
+
+def test_the_checks_catch_a_renamed_function_and_a_moved_file(index: SourceIndex) -> None:
+    """The checks can fail: what this change renamed and moved is reported."""
+    assert span_problem("RankGroup.spawn", index) == "no class 'RankGroup'"
+    assert span_problem("Engine._resolve_placeholders", index) == "Engine has no member '_resolve_placeholders'"
+    assert span_problem("run_scheduler_process(rank_config, acks)", index) == "no function 'run_scheduler_process'"
+    assert span_problem("minisgl.utils.make_ipc_dir", index) == "not importable"
+    assert not (ROOT / "minisgl/server/ranks.py").exists()
+    # and they let prose and other projects' names through
+    for fine in ("ChildGroup.wait_ready", "spawn_ranks(group, config, addrs)", "dist.broadcast(..., src=0)",
+                 "ncclGetUniqueId", "tp_info", "--tp-size", "[T, 192]", "engine.forward_logits", "KeyboardInterrupt"):
+        assert span_problem(fine, index) is None, fine
