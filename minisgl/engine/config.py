@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from minisgl.distributed import DistributedInfo
+
+if TYPE_CHECKING:
+    from minisgl.layers.tp_ops import TPOps
 
 
 @dataclass
@@ -20,7 +24,7 @@ class EngineConfig:
     kv_memory_gb: float | None = None
     attention_backend: str = "auto"  # auto: "triton" on CUDA, "torch" on CPU; or "flashinfer" (optional)
     dist_backend: str = "auto"  # auto: "pynccl" with one GPU per rank, else "gloo"; or "nccl"
-    dist_init_addr: str = "tcp://127.0.0.1:0"  # the launcher fills a free port for tp > 1
+    dist_init_addr: str = ""  # torch.distributed init_method; the launcher fills a fresh store file for tp > 1
     dist_timeout_s: float = 600.0
     load_format: str = "safetensors"  # or "dummy": random weights from config.json alone
     quantization: str = "auto"  # "gguf": 4-bit linear weights from the checkpoint's GGUF file (CPU);
@@ -35,3 +39,5 @@ class EngineConfig:
     # None: max_running_requests (capped at 256)
     overlap_schedule: bool | None = None  # prepare step N+1 while the device runs step N;
     # None: on for CUDA, off for CPU (True forces it on a CPU too, for tests)
+    tp_ops: TPOps | None = None  # another implementation of the TP layers' steps and of the loader's
+    # shard-then-merge (minisgl/layers/tp_ops.py): the course's capstone plugs a learner's in; None: ours

@@ -25,8 +25,9 @@ from minisgl.distributed import (
     min_over_ranks,
     set_tp_info,
 )
+from minisgl.distributed.loopback import bind_collectives_to_loopback
 from minisgl.kvcache import KVCachePool
-from minisgl.layers import local_kv_heads
+from minisgl.layers import local_kv_heads, use_tp_ops
 from minisgl.layers.batch_invariant import set_batch_invariant
 from minisgl.models.config import ModelConfig
 from minisgl.models.registry import create_model
@@ -61,6 +62,7 @@ class Engine:
     def __init__(self, config: EngineConfig) -> None:
         tp = config.tp_info
         set_tp_info(tp.rank, tp.size)  # first: every layer constructor reads it
+        use_tp_ops(config.tp_ops)  # None: the layers' and the loader's own code (chapter 15)
         self.model_path = Path(config.model_path)
         self.model_config = ModelConfig.from_dir(self.model_path)
         self.model_config.check_tp_size(tp.size)
@@ -101,6 +103,7 @@ class Engine:
             return None
         timeout = timedelta(seconds=self.config.dist_timeout_s)
         backend = self.dist_backend
+        bind_collectives_to_loopback()  # all ranks are on this machine: no socket beyond 127.0.0.1
         if backend == "nccl":
             dist.init_process_group("nccl", init_method=self.config.dist_init_addr, rank=tp.rank,
                                     world_size=tp.size, timeout=timeout, device_id=self.device)
@@ -232,6 +235,7 @@ class Engine:
             self.graph_runner.destroy()  # graphs hold captured collectives: before the communicators
             self.graph_runner = None
         destroy_distributed()
+        use_tp_ops(None)
 
 
 def resolve_dtype(name: str) -> torch.dtype:

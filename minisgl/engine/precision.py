@@ -75,6 +75,11 @@ def resolve_precision(config: EngineConfig) -> EngineConfig:
         raise ValueError("--load-format dummy has no GGUF to quantize from; use --quantization none")
     if config.deterministic and device != "cpu":
         raise ValueError("--deterministic is implemented for the CPU (fixed-tile torch kernels); drop it on CUDA")
+    if config.tp_ops is not None:  # the capstone's own TP steps take dense weights, in their own matmuls
+        if quantization == "gguf" or config.deterministic:
+            raise ValueError("custom tp_ops (the capstone) run dense weights their own way; "
+                             "drop quantization='gguf' and deterministic=True")
+        quantization = "none"
     config = _resolve(config, device, quantization)
     if config.deterministic and config.quantization == "gguf":
         # the int4 kernel computes each row on its own, whatever the batch: keep it for every batch,

@@ -16,7 +16,7 @@ import torch
 from gguf import GGUFReader
 from tqdm.auto import tqdm
 
-from minisgl.layers import kv_head_offset, local_kv_heads, vocab_shard_size
+from minisgl.layers import custom_tp_ops, kv_head_offset, local_kv_heads, vocab_shard_size
 from minisgl.layers.base import Weight
 from minisgl.layers.quantized import Int4Weight
 
@@ -181,6 +181,11 @@ def load_weights(
         source, total = iter_checkpoint(model_dir), count_tensors(model_dir)
     tensors = tqdm(source, total=total, desc=f"Loading weights (rank {rank})", unit="tensor",
                    disable=not progress, leave=False)
+    ops = custom_tp_ops()
+    if ops is not None:  # the capstone's seam (minisgl/layers/tp_ops.py); dense weights only
+        for name, local in ops.shard_and_merge(tensors, rank, tp_size, config):
+            yield name, local.to(dtype=dtype, device=device)
+        return
     for name, local in shard_and_merge(tensors, config, rank, tp_size, dtype):
         yield name, local.pack(dtype, max_int4_rows) if isinstance(local, Int4Weight) else local.to(device)
 
