@@ -3,7 +3,9 @@
 
 Every rank holds identical full logits after the LM head's all-gather, and every request carries
 its own generator seeded identically on every rank, so all ranks draw the same token without
-another collective. A request's draws do not depend on which other requests share its batch.
+another collective. A request's draws do not depend on which other requests share its batch, nor
+on how its prompt was cut into chunks: a middle chunk draws nothing. So a request retracted and
+computed again (chapter 11) goes on with the very draws it would have made.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import torch
 from minisgl.core import Req
 
 
-def sample(logits: torch.Tensor, reqs: list[Req]) -> list[int]:
-    """logits [num_reqs, vocab] -> one token id per request."""
+def sample(logits: torch.Tensor, reqs: list[Req], emits: list[bool]) -> list[int]:
+    """logits [num_reqs, vocab] -> one token id per request; rows with `emits[i]` False (a middle
+    chunk of a prompt: its token is thrown away) take the argmax without drawing."""
     logits = logits.float()
     tokens = torch.argmax(logits, dim=-1).tolist()  # greedy answer, used as-is for greedy requests
     for i, req in enumerate(reqs):
-        if not req.sampling.is_greedy:
+        if emits[i] and not req.sampling.is_greedy:
             tokens[i] = _sample_one(logits[i], req)
     return tokens
 

@@ -1,0 +1,119 @@
+"""The cache policy between the scheduler and the page allocator: which pages a new request can
+borrow from earlier ones, and what happens to a request's pages when it leaves (chapter 11).
+
+- `RadixCache` (the default, `--cache radix`): a request starts from the longest cached prefix of
+  its tokens (`RadixTree.match`), its own pages hold the rest; when it leaves, its tokens go into
+  the tree, so the next request with the same prefix skips computing it. Pages of the tree that no
+  running request uses are evicted, least recently used first, when the allocator runs short.
+- `NaiveCache` (`--cache naive`): every request computes its whole prompt and frees everything
+  when it leaves. The reference the radix cache must agree with, token for token.
+
+A request borrows whole pages only, and never its last token: the prefill must compute at least
+that one, since its logits give the first new token.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from minisgl.core import Req
+
+from .page_pool import OutOfPagesError, PageAllocator
+from .radix_tree import RadixNode, RadixTree
+
+CACHES = ("radix", "naive")
+
+
+class PrefixCache(ABC):
+    def __init__(self, allocator: PageAllocator, page_size: int) -> None:
+        self.allocator = allocator
+        self.page_size = page_size
+
+    @property
+    def num_evictable(self) -> int:
+        """Pages cached for later requests that no running request uses: free on demand."""
+        return 0
+
+    @property
+    def available(self) -> int:
+        """Pages `allocate` can hand out now: free ones plus evictable ones."""
+        return self.allocator.num_free + self.num_evictable
+
+    def allocate(self, count: int) -> list[int]:
+        """`count` fresh pages, evicting cached ones if the allocator runs short."""
+        if count > self.allocator.num_free:
+            self.allocator.free(self._evict(count - self.allocator.num_free))
+        if count > self.allocator.num_free:
+            raise OutOfPagesError(f"need {count} KV pages, {self.allocator.num_free} free after eviction")
+        return self.allocator.allocate(count)
+
+    @abstractmethod
+    def match(self, req: Req) -> int:
+        """Start `req` from its longest cached prefix: set `req.pages` (borrowed, locked) and
+        `req.cached_len`; returns the number of tokens matched."""
+
+    @abstractmethod
+    def release(self, req: Req) -> None:
+        """`req` leaves (finished, aborted or retracted): keep what is worth caching, free the rest of
+        its pages, unlock what it borrowed. Afterwards `req.pages` is empty and `req.cached_len` 0."""
+
+    def check(self) -> bool:
+        """True when the cache's own structure is consistent (the radix tree's `check`)."""
+        return True
+
+    def _evict(self, count: int) -> list[int]:
+        return []
+
+
+class NaiveCache(PrefixCache):
+    def match(self, req: Req) -> int:
+        req.pages, req.cached_len = [], 0
+        return 0
+
+    def release(self, req: Req) -> None:
+        self.allocator.free(req.pages)
+        req.pages, req.cached_len = [], 0
+
+
+class RadixCache(PrefixCache):
+    def __init__(self, allocator: PageAllocator, page_size: int) -> None:
+        super().__init__(allocator, page_size)
+        self.tree = RadixTree(page_size)
+        self._borrowed: dict[Req, tuple[RadixNode, int]] = {}  # request -> (its locked node, pages borrowed)
+
+    @property
+    def num_evictable(self) -> int:
+        return self.tree.num_evictable
+
+    def match(self, req: Req) -> int:
+        node, pages = self.tree.match(req.all_ids[: req.total_len - 1])  # the last token is always computed
+        self.tree.lock(node)
+        self._borrowed[req] = (node, len(pages))
+        req.pages, req.cached_len = pages, len(pages) * self.page_size
+        return req.cached_len
+
+    def release(self, req: Req) -> None:
+        node, borrowed = self._borrowed.pop(req)
+        # the tokens whose K/V are in req's pages, in whole pages; with overlap, token ids a step
+        # still computes are placeholders (< 0): those are not cached
+        known = req.all_ids[: req.cached_len]
+        known_len = next((i for i, t in enumerate(known) if t < 0), len(known))
+        num_full = known_len // self.page_size
+        already = self.tree.insert(known[: num_full * self.page_size], req.pages[:num_full])
+        # pages [borrowed, already): the tree had these tokens in its own pages; [num_full, ...):
+        # a partial last page, or a page allocated ahead
+        self.allocator.free(req.pages[borrowed : already // self.page_size] + req.pages[num_full:])
+        self.tree.unlock(node)
+        req.pages, req.cached_len = [], 0
+
+    def check(self) -> bool:
+        return self.tree.check()
+
+    def _evict(self, count: int) -> list[int]:
+        return self.tree.evict(count)
+
+
+def create_prefix_cache(name: str, allocator: PageAllocator, page_size: int) -> PrefixCache:
+    if name not in CACHES:
+        raise ValueError(f"unknown cache {name!r}; available: {', '.join(CACHES)}")
+    return RadixCache(allocator, page_size) if name == "radix" else NaiveCache(allocator, page_size)
