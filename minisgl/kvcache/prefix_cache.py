@@ -2,9 +2,10 @@
 borrow from earlier ones, and what happens to a request's pages when it leaves (chapter 11).
 
 - `RadixCache` (the default, `--cache radix`): a request starts from the longest cached prefix of
-  its tokens (`RadixTree.match`), its own pages hold the rest; when it leaves, its tokens go into
-  the tree, so the next request with the same prefix skips computing it. Pages of the tree that no
-  running request uses are evicted, least recently used first, when the allocator runs short.
+  its tokens (`RadixTree.match`), its own pages hold the rest. Once its prompt is computed, the
+  prompt goes into the tree, so requests admitted while it still runs share it; when it leaves,
+  its output goes in too (a chat's next turn starts with it). Pages of the tree that no running
+  request uses are evicted, least recently used first, when the allocator runs short.
 - `NaiveCache` (`--cache naive`): every request computes its whole prompt and frees everything
   when it leaves. The reference the radix cache must agree with, token for token.
 
@@ -52,6 +53,9 @@ class PrefixCache(ABC):
         """Start `req` from its longest cached prefix: set `req.pages` (borrowed, locked) and
         `req.cached_len`; returns the number of tokens matched."""
 
+    def cache_prompt(self, req: Req) -> None:
+        """`req`'s prompt is computed (its K/V in `req.pages`): offer it to later requests."""
+
     @abstractmethod
     def release(self, req: Req) -> None:
         """`req` leaves (finished, aborted or retracted): keep what is worth caching, free the rest of
@@ -79,7 +83,9 @@ class RadixCache(PrefixCache):
     def __init__(self, allocator: PageAllocator, page_size: int) -> None:
         super().__init__(allocator, page_size)
         self.tree = RadixTree(page_size)
-        self._borrowed: dict[Req, tuple[RadixNode, int]] = {}  # request -> (its locked node, pages borrowed)
+        # request -> (the node it locks, how many leading pages of req.pages the tree owns); the
+        # request owns the rest of its pages
+        self._shared: dict[Req, tuple[RadixNode, int]] = {}
 
     @property
     def num_evictable(self) -> int:
@@ -88,22 +94,33 @@ class RadixCache(PrefixCache):
     def match(self, req: Req) -> int:
         node, pages = self.tree.match(req.all_ids[: req.total_len - 1])  # the last token is always computed
         self.tree.lock(node)
-        self._borrowed[req] = (node, len(pages))
+        self._shared[req] = (node, len(pages))
         req.pages, req.cached_len = pages, len(pages) * self.page_size
         return req.cached_len
 
+    def cache_prompt(self, req: Req) -> None:
+        locked, shared = self._shared[req]
+        num_full = req.cached_len // self.page_size
+        tokens = req.all_ids[: num_full * self.page_size]
+        if num_full == shared or len(self.tree.match(tokens)[1]) > shared:
+            return  # nothing new, or another request cached these tokens meanwhile: keep our copy
+        _, node = self.tree.insert(tokens, req.pages[:num_full])  # the tree takes pages [shared, num_full)
+        self.tree.lock(node)
+        self.tree.unlock(locked)
+        self._shared[req] = (node, num_full)
+
     def release(self, req: Req) -> None:
-        node, borrowed = self._borrowed.pop(req)
+        locked, shared = self._shared.pop(req)
         # the tokens whose K/V are in req's pages, in whole pages; with overlap, token ids a step
         # still computes are placeholders (< 0): those are not cached
         known = req.all_ids[: req.cached_len]
         known_len = next((i for i, t in enumerate(known) if t < 0), len(known))
         num_full = known_len // self.page_size
-        already = self.tree.insert(known[: num_full * self.page_size], req.pages[:num_full])
-        # pages [borrowed, already): the tree had these tokens in its own pages; [num_full, ...):
-        # a partial last page, or a page allocated ahead
-        self.allocator.free(req.pages[borrowed : already // self.page_size] + req.pages[num_full:])
-        self.tree.unlock(node)
+        already, _ = self.tree.insert(known[: num_full * self.page_size], req.pages[:num_full])
+        # req's own pages for tokens the tree had already (in pages of its own), and past the last
+        # whole page (a partial page, or one allocated ahead), go back to the allocator
+        self.allocator.free(req.pages[shared : already // self.page_size] + req.pages[num_full:])
+        self.tree.unlock(locked)
         req.pages, req.cached_len = [], 0
 
     def check(self) -> bool:

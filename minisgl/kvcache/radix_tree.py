@@ -10,8 +10,8 @@ exactly one node, and a match never ends inside a page.
   returned node ends exactly where the match does.
 - `lock` / `unlock` count, on every node from a node up to the root, the requests that use it:
   only nodes nobody locks may be evicted.
-- `insert` adds a finished request's tokens and pages; it reports how many tokens were already
-  cached (the caller's pages for those are duplicates, which it frees).
+- `insert` adds a request's tokens and pages; it reports how many tokens were already cached
+  (the caller's pages for those are duplicates, which it frees).
 - `evict` frees unlocked leaves, least recently used first (a parent becomes a leaf in turn).
 
 "Recently" is a logical clock that ticks on every match and insert, never the wall clock: every
@@ -71,10 +71,10 @@ class RadixTree:
             node = child
         return node, pages
 
-    def insert(self, token_ids: list[int], pages: list[int]) -> int:
+    def insert(self, token_ids: list[int], pages: list[int]) -> tuple[int, RadixNode]:
         """Cache `token_ids` (a whole number of pages) held in `pages`. Returns how many leading
-        tokens were cached already: the tree keeps its own pages for those, and the caller's
-        pages[: returned // page_size] are duplicates for the caller to free."""
+        tokens were cached already, and the node where `token_ids` end. The tree keeps its own
+        pages for the tokens it had: the caller's pages[: returned // page_size] are duplicates."""
         assert len(token_ids) == len(pages) * self.page_size, "insert whole pages only"
         self.clock += 1
         node, pos, end = self.root, 0, len(token_ids)
@@ -86,17 +86,14 @@ class RadixTree:
                 node.children[self._page_key(leaf.key, 0)] = leaf
                 self.num_pages += len(leaf.pages)
                 self.num_evictable += len(leaf.pages)
-                return pos
+                return pos, leaf
             common = self._common_len(child.key, token_ids, pos, end)
             if common < len(child.key):
-                if pos + common == end:  # the new tokens end inside this edge: all cached, no split needed
-                    child.last_access = self.clock
-                    return end
                 child = self._split(child, common)
             child.last_access = self.clock
             pos += common
             node = child
-        return end
+        return end, node
 
     # ---- locks ---------------------------------------------------------------------------------------
     def lock(self, node: RadixNode) -> None:

@@ -232,6 +232,7 @@ class Scheduler:
             if batch.phase == "prefill":
                 self.prefilling.remove(req)
                 self.running[req.uid] = req
+                self.cache.cache_prompt(req)  # requests admitted from now on may share it
             req.output_ids.append(-(row + 1))  # placeholder: token `row` of this step
             expecting.append((row, req, len(req.output_ids) - 1))
         return expecting
