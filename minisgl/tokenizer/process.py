@@ -12,7 +12,15 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from minisgl.message import AbortRequest, DetokenizeStart, IpcAddresses, PullQueue, PushQueue, TokenizeRequest
+from minisgl.message import (
+    AbortRequest,
+    DetokenizeStart,
+    IpcAddresses,
+    PullQueue,
+    PushQueue,
+    SchedulerStats,
+    TokenizeRequest,
+)
 from minisgl.process import Ready
 
 from .detokenize import Detokenizer
@@ -46,7 +54,8 @@ def run_tokenizer(index: int, model_path: Path, addrs: IpcAddresses, ready: Read
 
 
 def run_detokenizer(model_path: Path, addrs: IpcAddresses, ready: Ready) -> None:
-    """Turn rank 0's `TokenOutput`s into `TextOutput`s for the API; abort requests that hit a stop string."""
+    """Turn rank 0's `TokenOutput`s into `TextOutput`s for the API; abort requests that hit a stop string;
+    pass rank 0's `SchedulerStats` on to the API."""
     from transformers import AutoTokenizer
 
     detokenizer = Detokenizer(AutoTokenizer.from_pretrained(model_path))
@@ -55,7 +64,11 @@ def run_detokenizer(model_path: Path, addrs: IpcAddresses, ready: Ready) -> None
     to_scheduler = PushQueue(addrs.scheduler)
     ready()
     while True:
-        texts, aborts = detokenizer.handle(inbox.get())
+        message = inbox.get()
+        if isinstance(message, SchedulerStats):  # rank 0's numbers for /metrics: passed on as they are
+            to_api.put(message)
+            continue
+        texts, aborts = detokenizer.handle(message)
         for text in texts:
             to_api.put(text)
         for abort in aborts:
