@@ -157,6 +157,32 @@ def test_a_running_requests_prompt_is_shared_and_still_computes_the_last_token(q
         run.close()
 
 
+def test_questions_sent_together_over_one_document_compute_it_once(qwen3_dir) -> None:
+    """The first question's prefill computes the document; the others wait one step for it, then
+    compute only their own question (radix); without the cache every prompt is computed whole."""
+    document = list(range(100, 200))
+    prompts = [document + [7 + i, 8, 9] for i in range(4)]
+    extends, tokens = {}, {}
+    for cache in ("naive", "radix"):
+        run = InProcessRun(SchedulerConfig(model_path=qwen3_dir, dtype="float32", num_pages=1024, cache=cache,
+                                           progress=False))
+        forward = run.engine.forward
+        extends[cache] = []
+
+        def recording(batch, forward=forward, seen=extends[cache]):
+            seen.append(list(batch.extend_lens))
+            return forward(batch)
+
+        run.engine.forward = recording
+        try:
+            tokens[cache] = run.generate(prompts, GREEDY)
+        finally:
+            run.close()
+    assert tokens["radix"] == tokens["naive"]
+    assert extends["naive"][0] == [103] * 4
+    assert extends["radix"][:2] == [[103], [3, 3, 3]]
+
+
 def test_64_requests_without_max_tokens_all_run_at_once(tmp_path) -> None:
     """Chat clients rarely send max_tokens, so each request may run to the 8192-token context.
     Reserving that up front (the old admission) fits 8 of these requests in the default CPU

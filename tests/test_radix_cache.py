@@ -103,6 +103,16 @@ def test_a_computed_prompt_is_shared_while_its_request_runs() -> None:
     assert cache.check()
 
 
+def test_a_request_waits_a_step_for_a_long_prefix_computed_in_the_same_batch() -> None:
+    cache = RadixCache(PageAllocator(64), page_size=1)
+    document = list(range(40))
+    first = _req(document + [1])
+    cache.match(first)
+    assert cache.should_wait(_req(document + [2]), [first])
+    assert not cache.should_wait(_req(document[:20] + [2]), [first])  # 20 shared tokens: not worth a step
+    assert not NaiveCache(PageAllocator(64), page_size=1).should_wait(_req(document + [2]), [first])
+
+
 def test_allocate_evicts_only_what_it_needs() -> None:
     allocator = PageAllocator(5)  # pages 1..4
     cache = RadixCache(allocator, page_size=1)

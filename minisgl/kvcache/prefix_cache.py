@@ -10,7 +10,10 @@ borrow from earlier ones, and what happens to a request's pages when it leaves (
   when it leaves. The reference the radix cache must agree with, token for token.
 
 A request borrows whole pages only, and never its last token: the prefill must compute at least
-that one, since its logits give the first new token.
+that one, since its logits give the first new token. Requests that arrive together with a common
+prefix (32 questions over one document) would all compute it in the same batch, before any of them
+is cached: so a request that shares at least SHARE_MIN_TOKENS uncached tokens with a request
+admitted in the same step waits one step (`should_wait`), and then finds them in the tree.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ from abc import ABC, abstractmethod
 from minisgl.core import Req
 
 from .page_pool import OutOfPagesError, PageAllocator
-from .radix_tree import RadixNode, RadixTree
+from .radix_tree import RadixNode, RadixTree, common_prefix_len
 
 CACHES = ("radix", "naive")
+SHARE_MIN_TOKENS = 32  # a shared prefix shorter than this is not worth a step's wait
 
 
 class PrefixCache(ABC):
@@ -55,6 +59,11 @@ class PrefixCache(ABC):
 
     def cache_prompt(self, req: Req) -> None:
         """`req`'s prompt is computed (its K/V in `req.pages`): offer it to later requests."""
+
+    def should_wait(self, req: Req, admitted: list[Req]) -> bool:
+        """Whether `req` had better wait a step: it would compute a prefix that a request
+        `admitted` in this step computes too."""
+        return False
 
     @abstractmethod
     def release(self, req: Req) -> None:
@@ -108,6 +117,12 @@ class RadixCache(PrefixCache):
         self.tree.lock(node)
         self.tree.unlock(locked)
         self._shared[req] = (node, num_full)
+
+    def should_wait(self, req: Req, admitted: list[Req]) -> bool:
+        ids = req.all_ids
+        # other.cached_len is what the tree gave `other`: the tokens it computes this step start there
+        return any(common_prefix_len(ids, other.all_ids) - other.cached_len >= max(SHARE_MIN_TOKENS, self.page_size)
+                   for other in admitted)
 
     def release(self, req: Req) -> None:
         locked, shared = self._shared.pop(req)

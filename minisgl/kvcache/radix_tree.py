@@ -26,6 +26,14 @@ import itertools
 from collections.abc import Iterator
 
 
+def common_prefix_len(a: list[int], b: list[int]) -> int:
+    """How many leading tokens `a` and `b` share."""
+    n, limit = 0, min(len(a), len(b))
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n
+
+
 class RadixNode:
     __slots__ = ("children", "id", "key", "last_access", "lock_ref", "pages", "parent")
 
@@ -155,10 +163,7 @@ class RadixTree:
 
     def _common_len(self, key: list[int], token_ids: list[int], pos: int, end: int) -> int:
         """Tokens of `key` that token_ids[pos:end] repeats, rounded down to whole pages."""
-        n = 0
-        limit = min(len(key), end - pos)
-        while n < limit and key[n] == token_ids[pos + n]:
-            n += 1
+        n = common_prefix_len(key, token_ids[pos:end])
         return n - n % self.page_size
 
     def _split(self, node: RadixNode, at: int) -> RadixNode:

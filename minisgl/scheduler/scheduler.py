@@ -174,12 +174,14 @@ class Scheduler:
             chunks.append(chunk)
             budget -= chunk
         reserved = sum(self.kv.reserve(r) for r in chain(self.prefilling, self.running.values()))
+        admitted: list[Req] = []
         while budget > 0 and self.waiting and self._num_admitted() < self.config.max_running_requests:
             req = self.waiting[0]
-            if not self.kv.admit(req, reserved):
-                break  # FIFO: later requests wait behind this one until pages free up
+            if self.cache.should_wait(req, admitted) or not self.kv.admit(req, reserved):
+                break  # FIFO: later requests wait behind this one, for its prefix to be cached or pages to free
             self.waiting.popleft()
             self.prefilling.append(req)
+            admitted.append(req)
             reserved += self.kv.reserve(req)
             chunk = min(req.total_len - req.cached_len, budget)
             reqs.append(req)
