@@ -77,13 +77,22 @@ class DistributedCommunicator:
         self.counts["all_reduce"] += 1
         if get_tp_info().size == 1:
             return x
-        return self.plugins[-1].all_reduce(x)
+        # NCCL and PyNCCL refuse a strided tensor that gloo accepts: one rule for every backend.
+        return self._plugin("all_reduce").all_reduce(x.contiguous())
 
     def all_gather(self, x: torch.Tensor) -> torch.Tensor:
         self.counts["all_gather"] += 1
         if get_tp_info().size == 1:
             return x
-        return self.plugins[-1].all_gather(x)
+        return self._plugin("all_gather").all_gather(x.contiguous())
+
+    def _plugin(self, op: str) -> DistributedImpl:
+        if not self.plugins:
+            raise RuntimeError(
+                f"minisgl.distributed.{op} at tp size {get_tp_info().size} needs a process group, and this process "
+                "has joined none: run it on real ranks (set_tp_info alone does not connect them)"
+            )
+        return self.plugins[-1]
 
 
 _COMM = DistributedCommunicator()

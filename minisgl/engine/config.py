@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from minisgl.distributed import DistributedInfo
+
+if TYPE_CHECKING:
+    from minisgl.layers.tp_ops import TPOps
 
 
 @dataclass
@@ -30,3 +34,5 @@ class EngineConfig:
     # None: max_running_requests (capped at 256)
     overlap_schedule: bool | None = None  # prepare step N+1 while the device runs step N;
     # None: on for CUDA, off for CPU (True forces it on a CPU too, for tests)
+    tp_ops: TPOps | None = None  # another implementation of the TP layers' steps and of the loader's
+    # shard-then-merge (minisgl/layers/tp_ops.py): the course's capstone plugs a learner's in; None: ours

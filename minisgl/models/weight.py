@@ -15,7 +15,7 @@ import safetensors
 import torch
 from tqdm.auto import tqdm
 
-from minisgl.layers import kv_head_offset, local_kv_heads, vocab_shard_size
+from minisgl.layers import custom_tp_ops, kv_head_offset, local_kv_heads, vocab_shard_size
 
 from .config import ModelConfig, ModelError
 
@@ -144,6 +144,11 @@ def load_weights(
         disable=not progress,
         leave=False,
     )
+    ops = custom_tp_ops()
+    if ops is not None:  # the capstone's seam (minisgl/layers/tp_ops.py)
+        for name, local in ops.shard_and_merge(tensors, rank, tp_size, config):
+            yield name, local.to(dtype=dtype, device=device)
+        return
     for name, local in shard_and_merge(tensors, config, rank, tp_size, dtype):
         yield name, local.to(device)
 
