@@ -45,8 +45,8 @@ def tokens(generator: torch.Generator, n: int, vocab: int) -> list[int]:
 def chat_workload(vocab: int, conversations: int, turns: int, system: int, user: int) -> list[Conversation]:
     generator = torch.Generator().manual_seed(0)
     system_prompt = tokens(generator, system, vocab)
-    return [[system_prompt + tokens(generator, user, vocab)] + [tokens(generator, user, vocab) for _ in range(turns - 1)]
-            for _ in range(conversations)]
+    return [[system_prompt + tokens(generator, user, vocab)]
+            + [tokens(generator, user, vocab) for _ in range(turns - 1)] for _ in range(conversations)]
 
 
 def document_workload(vocab: int, questions: int, doc: int, question: int) -> list[Conversation]:
