@@ -143,7 +143,7 @@ def compare(name: str, config: SchedulerConfig, engine: Engine, conversations: l
               f"{r.cached_tokens / max(1, r.prompt_tokens):>11.0%}")
     naive, radix = results["naive"], results["radix"]
     print(f"radix vs naive: TTFT {statistics.mean(naive.ttft) / statistics.mean(radix.ttft):.1f}x lower, "
-          f"throughput {naive.seconds / radix.seconds:.2f}x")
+          f"throughput {naive.seconds / radix.seconds:.2f}x", flush=True)
 
 
 def concurrency(config: SchedulerConfig, engine: Engine, num_requests: int, old_admission: bool) -> int:
@@ -195,7 +195,7 @@ def main() -> None:
             vocab = engine.model_config.vocab_size
             pool = engine.kv_pool
             print(f"{model_dir.name} on {args.device} ({engine.dtype}), KV pool {pool.allocator.num_pages} pages "
-                  f"of {pool.page_size} token(s)" + ("" if args.device == "cuda" else "; CPU numbers, see the note"))
+                  f"of {pool.page_size} token(s)", flush=True)
             warm = chat_workload(vocab, 2, 1, 16, 16)
             run_conversations(*fresh_scheduler(config, engine, "naive"), warm, 4)  # kernels compiled, caches warm
             compare(f"multi-turn chat ({args.conversations} conversations x {args.turns} turns, 200-token system "
