@@ -3,14 +3,17 @@
 bf16 and 4-bit GGUF weights. Before the runs it measures this machine's read bandwidth and matmul
 peak, and prints each result as a fraction of them: the bandwidth floor (every weight byte read
 once per decode step) at batch 1, the matmul peak (2 flops per weight per token) at batch >= 16.
+For minisgl's bf16 and GGUF runs it also counts the greedy answers equal to its fp32 run's.
+For minisgl's bf16 and GGUF runs it also counts the greedy answers equal to its fp32 run's.
 
     python benchmark/offline_throughput.py                         # everything, embedded SmolLM2
     python benchmark/offline_throughput.py --batch-sizes 1 32 --new-tokens 32 --minisgl float32 gguf
     python benchmark/offline_throughput.py --until-eos --new-tokens 256   # chat-like: stop at EOS
 
-llama.cpp runs only when `llama-cpp-python` is importable. It is a benchmark-only dependency (the
-`bench` extra, not part of `make install`) that compiles llama.cpp from source with cmake and a C++
-compiler, for this CPU (GGML_NATIVE is on by default): 10 to 30 minutes on 2 cores.
+llama.cpp runs only when `llama-cpp-python` is importable; without it the script says so and skips
+that row. It is a benchmark-only dependency (the `bench` extra, not part of `make install`) that
+compiles llama.cpp from source with cmake and a C++ compiler, for this CPU (GGML_NATIVE is on by
+default; CMAKE_ARGS passes other llama.cpp build options): 10 to 30 minutes on 2 cores.
 
     CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) .venv/bin/pip install "llama-cpp-python==0.3.36"
 
@@ -35,10 +38,11 @@ from gguf import GGUFReader
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from minisgl import LLM, SamplingParams
-from minisgl.layers.quantized import PackedInt4Weight
+from minisgl.layers.quantized import PackedWeight
 from minisgl.models.default_model import ensure_default_model
 from minisgl.models.gguf_weights import find_model_gguf
 
+LLAMA_CPP_INSTALL = 'CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) .venv/bin/pip install "llama-cpp-python==0.3.36"'
 MINISGL_VARIANTS = {"float32": dict(dtype="float32", quantization="none"),
                     "bfloat16": dict(dtype="bfloat16", quantization="none"),
                     "gguf": dict(dtype="auto", quantization="gguf")}  # 4-bit weights, dtype as auto picks
@@ -58,6 +62,7 @@ class Result:
     batch: int
     tok_s: float
     bytes_per_step: int  # weight bytes one decode step reads
+    same_as_fp32: str = ""  # minisgl: "k/n" greedy answers equal to minisgl fp32's at this batch
 
 
 def measure_machine(threads: int) -> Machine:
@@ -119,11 +124,15 @@ def run_transformers(model, tokenizer, prompts: list[list[int]], new_tokens: int
     return real / elapsed
 
 
-def run_minisgl(llm: LLM, prompts: list[list[int]], new_tokens: int, until_eos: bool) -> float:
+def run_minisgl(
+    llm: LLM, prompts: list[list[int]], new_tokens: int, until_eos: bool
+) -> tuple[float, list[list[int]]]:
+    """Generated tokens per second, and the greedy answers."""
     params = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=not until_eos)
     start = time.perf_counter()
     outputs = llm.generate(prompts, params)
-    return sum(len(o.token_ids) for o in outputs) / (time.perf_counter() - start)
+    tok_s = sum(len(o.token_ids) for o in outputs) / (time.perf_counter() - start)
+    return tok_s, [o.token_ids for o in outputs]
 
 
 def run_llama_cpp(gguf_path: Path, prompt: list[int], new_tokens: int, threads: int) -> float:
@@ -152,12 +161,12 @@ def gguf_weight_type(gguf_path: Path) -> str:
 
 
 def minisgl_step_bytes(llm: LLM) -> int:
-    """Weight bytes a decode step of a few rows reads (4-bit weights without their dense copy)."""
+    """Weight bytes a decode step of a few rows reads (quantized weights without their dense copy)."""
     engine = llm._backend.scheduler.engine
     total = 0
     for name, weight in engine.model.state_dict().items():
-        if isinstance(weight, PackedInt4Weight):
-            total += weight.packed.nbytes + weight.scale_and_zero.nbytes
+        if isinstance(weight, PackedWeight):
+            total += weight.kernel_bytes
         elif not (name.endswith("embed_tokens.weight") and not engine.model_config.tie_word_embeddings):
             total += weight.nbytes  # an untied embedding is only looked up, one row per token
     return total
@@ -171,7 +180,7 @@ def flops_per_token(model) -> int:
 
 def report(results: list[Result], machine: Machine, flops: int, dtype_of: dict[str, str]) -> None:
     baseline = {r.batch: r.tok_s for r in results if r.engine == "transformers" and r.weights == "float32"}
-    print(f"\n{'engine':<13}{'weights':<22}{'batch':>5}{'tok/s':>9}{'vs hf fp32':>11}  of the machine")
+    print(f"\n{'engine':<13}{'weights':<26}{'batch':>5}{'tok/s':>9}{'vs hf fp32':>11}{'=fp32':>7}  of the machine")
     for r in results:
         ratio = f"{r.tok_s / baseline[r.batch]:.2f}x" if r.batch in baseline else "-"
         if r.batch == 1:
@@ -182,7 +191,7 @@ def report(results: list[Result], machine: Machine, flops: int, dtype_of: dict[s
             dtype = dtype_of.get(r.weights, "float32")
             peak = machine.peak_gflops[dtype]
             share = f"{r.tok_s * flops / 1e9 / peak:5.1%} of {dtype} matmul peak"
-        print(f"{r.engine:<13}{r.weights:<22}{r.batch:>5}{r.tok_s:>9.1f}{ratio:>11}  {share}")
+        print(f"{r.engine:<13}{r.weights:<26}{r.batch:>5}{r.tok_s:>9.1f}{ratio:>11}{r.same_as_fp32:>7}  {share}")
 
 
 def main() -> None:
@@ -209,13 +218,18 @@ def main() -> None:
     results: list[Result] = []
     dtype_of = {"float32": "float32", "bfloat16": "bfloat16"}  # weights label -> dtype of its matmuls
 
-    if gguf_path is not None and importlib.util.find_spec("llama_cpp") is not None and 1 in prompts:
+    if importlib.util.find_spec("llama_cpp") is None:
+        print(f"llama.cpp skipped: llama-cpp-python is not installed; it builds llama.cpp from source "
+              f"(cmake, a C++ compiler, 10-30 min on 2 cores):\n    {LLAMA_CPP_INSTALL}")
+    elif gguf_path is None:
+        print(f"llama.cpp skipped: no *.gguf file next to the checkpoint in {model_dir}")
+    elif 1 not in prompts:
+        print("llama.cpp skipped: it runs a single stream, and --batch-sizes has no 1")
+    else:
         file_bytes = sum(int(t.n_bytes) for t in GGUFReader(gguf_path).tensors)
         tok_s = run_llama_cpp(gguf_path, prompts[1][0], args.new_tokens, args.threads)
         results.append(Result("llama.cpp", gguf_weight_type(gguf_path), 1, tok_s, file_bytes))
         print(f"llama.cpp done: {tok_s:.1f} tok/s", flush=True)
-    else:
-        print("llama.cpp skipped (needs llama-cpp-python and a *.gguf next to the checkpoint; see the docstring)")
 
     flops = 0
     for name in args.transformers:
@@ -231,6 +245,7 @@ def main() -> None:
             print(f"transformers {name} batch {batch}: {tok_s:.1f} tok/s", flush=True)
         del model
 
+    answers: dict[tuple[str, int], list[list[int]]] = {}  # (variant, batch) -> greedy answers
     for variant in args.minisgl:
         if variant == "gguf" and gguf_path is None:
             print("minisgl gguf skipped: no *.gguf next to the checkpoint")
@@ -238,13 +253,17 @@ def main() -> None:
         llm = LLM(model_dir, progress=False, **MINISGL_VARIANTS[variant])
         torch.set_num_threads(args.threads)  # the engine sets one thread per core; --threads wins
         config = llm.config  # what dtype / quantization "auto" resolved to
-        label = variant if variant != "gguf" else f"gguf int4<={config.max_int4_rows} {config.dtype}"
+        label = variant if variant != "gguf" else f"gguf <={config.max_quantized_rows} rows, {config.dtype}"
         dtype_of[label] = config.dtype
         step_bytes = minisgl_step_bytes(llm)
         run_minisgl(llm, make_prompts(tokenizer, 2, seed=99), 4, False)  # warm-up
         for batch in args.batch_sizes:
-            tok_s = run_minisgl(llm, prompts[batch], args.new_tokens, args.until_eos)
-            results.append(Result("minisgl", label, batch, tok_s, step_bytes))
+            tok_s, answers[variant, batch] = run_minisgl(llm, prompts[batch], args.new_tokens, args.until_eos)
+            same = ""
+            if variant != "float32" and ("float32", batch) in answers:
+                equal = sum(a == b for a, b in zip(answers[variant, batch], answers["float32", batch]))
+                same = f"{equal}/{batch}"
+            results.append(Result("minisgl", label, batch, tok_s, step_bytes, same))
             print(f"minisgl {label} batch {batch}: {tok_s:.1f} tok/s", flush=True)
         llm.shutdown()
 

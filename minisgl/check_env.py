@@ -185,7 +185,7 @@ def check_cpu() -> Check:
     if not is_complete_checkpoint(model_dir):
         return Check("cpu", "OK", f"{machine}; dtype auto is measured when the embedded model first starts")
     probe = cached_probe(ModelConfig.from_dir(model_dir), tp_size=1, threads=cores)  # a few seconds, once
-    choice = choose_precision(probe, allow_int4=find_model_gguf(model_dir) is not None)
+    choice = choose_precision(probe, allow_quantized=find_model_gguf(model_dir) is not None)
     return Check("cpu", "OK", f"{machine}; dtype auto -> {describe(choice)} for SmolLM2 ({choice.why})")
 
 

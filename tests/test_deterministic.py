@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from minisgl.core import SamplingParams
@@ -10,7 +9,7 @@ from minisgl.layers.batch_invariant import ROW_TILE, in_row_tiles
 from minisgl.scheduler import SchedulerConfig
 from minisgl.testing.engine_runs import InProcessRun
 
-GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 
 
 def mixed_prompts(count: int, vocab: int) -> list[list[int]]:
@@ -29,18 +28,18 @@ def test_row_tiles_give_each_row_the_same_bits_at_any_batch_size() -> None:
         assert torch.equal(alone[0], batched[i])
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen3"])  # GQA 4:1 with 2 KV heads; q/k norm and 6:1 with 1 KV head
-def test_greedy_tokens_do_not_depend_on_the_batch(name: str, tiny_model_dir) -> None:
-    model_dir = tiny_model_dir(name)
+def test_greedy_tokens_do_not_depend_on_the_batch(tiny_model_dir) -> None:
+    model_dir = tiny_model_dir("llama")  # GQA 4:1 with 2 KV heads
     prompts = mixed_prompts(12, vocab=1001)
-    # a small prefill budget chunks the long prompts differently alone and in the batch
-    run = InProcessRun(SchedulerConfig(model_path=model_dir, dtype="bfloat16", deterministic=True,
+    # A small prefill budget chunks the long prompts differently alone and in the batch; the naive
+    # cache computes every prompt afresh (a radix hit would reuse the batch's own KV for "alone").
+    run = InProcessRun(SchedulerConfig(model_path=model_dir, dtype="bfloat16", deterministic=True, cache="naive",
                                        max_prefill_tokens=64, num_pages=4096, progress=False))
     try:
         together = run.generate(prompts, GREEDY)
         alone = [run.generate([prompt], GREEDY)[0] for prompt in prompts]
     finally:
         run.close()
-    # With deterministic=False the llama case fails on an AVX2 CPU (torch 2.13): a row matmul'ed
-    # alone and inside the batch rounds differently in bf16, and some answers part ways.
+    # With deterministic=False, prompts 1 and 11 part ways on an AVX2 CPU (torch 2.13): a row
+    # multiplied alone and inside the batch rounds differently in bf16, and close greedy choices flip.
     assert alone == together

@@ -1,5 +1,5 @@
-"""4-bit GGUF weights on the CPU: the int4 kernel against the dequantized weight, the GGUF reader
-against the converted checkpoint, quantized shards at tp 1 and 3, and `auto`'s speed probe."""
+"""GGUF weights on the CPU: the int4 and int8 kernels against their dequantized weights, the GGUF
+reader against the converted checkpoint, quantized shards at tp 1 and 3, and `auto`'s speed probe."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from minisgl.engine import precision
 from minisgl.engine.config import EngineConfig
 from minisgl.engine.engine import Engine
 from minisgl.engine.precision import ProbeResult, choose_precision, resolve_precision
-from minisgl.layers.quantized import Int4Weight, PackedInt4Weight
+from minisgl.layers.quantized import Int4Weight, PackedInt4Weight, PackedInt8Weight
 from minisgl.models.config import ModelConfig, ModelError
 from minisgl.models.gguf_weights import iter_gguf_tensors
 from minisgl.models.weight import shard_and_merge, shard_tensor
@@ -69,9 +69,40 @@ def test_int4_matmul_is_the_dequantized_matmul_within_bf16_rounding(group_size: 
     assert got.dtype == torch.float32
 
 
-def test_batches_above_max_int4_rows_take_the_dense_copy() -> None:
+def test_int8_head_is_the_per_row_rounded_weight_within_bf16_rounding() -> None:
+    generator = torch.Generator().manual_seed(2)
+    weight = torch.randn(97, 64, generator=generator) * torch.rand(97, 1, generator=generator)  # rows of varied size
+    weight[5] = 0  # a vocab padding row
+    packed = PackedInt8Weight.from_dense(weight, max_quantized_rows=None, keep_dense=False)
+    step = packed.scale.double()[:, None]  # [out, 1]
+    values = packed.codes.double() * step  # the weight the kernel multiplies by
+    # rounding to the nearest code moves a weight by half a step, one step where the bf16 scale
+    # came out a little small and the largest code was clamped to 127
+    assert ((values - weight.double()).abs() <= step).all() and packed.dense is None
+    x = torch.randn(6, 64, generator=generator)
+    got, reference = packed.matmul(x).double(), x.double() @ values.T
+    # bf16 activations (u |x| per term) and a bf16 output (u |y|); the weights are exact in fp32
+    bound = BF16_UNIT_ROUNDOFF * (x.double().abs() @ values.abs().T + reference.abs()) * 1.01
+    assert ((got - reference).abs() <= bound).all()
+    with pytest.raises(ValueError, match="multiple of 16 inputs"):
+        PackedInt8Weight.from_dense(torch.randn(8, 40), None, keep_dense=False)
+
+
+@pytest.mark.parametrize("kind", ["int4", "int8"])
+def test_quantized_kernels_compute_each_row_on_its_own(kind: str) -> None:
+    # what --deterministic relies on when it keeps these kernels for every batch size
+    weight = random_int4(64, 256)
+    packed = (weight.pack(torch.float32, None) if kind == "int4"
+              else PackedInt8Weight.from_dense(weight.dequantize(), None, keep_dense=False))
+    x = torch.randn(37, 256, generator=torch.Generator().manual_seed(4))
+    batched = packed.matmul(x)
+    for i in (0, 3, 4, 36):
+        assert torch.equal(packed.matmul(x[i : i + 1])[0], batched[i]), i
+
+
+def test_batches_above_max_quantized_rows_take_the_dense_copy() -> None:
     weight = random_int4(64, 128)
-    packed = weight.pack(torch.float32, max_int4_rows=2)
+    packed = weight.pack(torch.float32, max_quantized_rows=2)
     small, large = torch.randn(2, 128), torch.randn(3, 128)
     assert torch.equal(packed.matmul(large), F.linear(large, weight.dequantize()))
     assert torch.equal(packed.matmul(small), weight.pack(torch.float32, None).matmul(small))
@@ -130,7 +161,7 @@ def test_a_fused_weight_with_a_dense_part_is_dense() -> None:
 
 def last_logits(model_dir: Path, tokens: list[int], quantization: str) -> torch.Tensor:
     """Next-token logits [vocab] after `tokens`, from one tp = 1 prefill in this process."""
-    engine = Engine(EngineConfig(model_dir, dtype="float32", quantization=quantization, max_int4_rows=1 << 20,
+    engine = Engine(EngineConfig(model_dir, dtype="float32", quantization=quantization, max_quantized_rows=1 << 20,
                                  num_pages=64, progress=False))
     req = Req(0, tokens, SamplingParams(temperature=0), len(tokens))
     req.pages = engine.kv_pool.allocator.allocate(engine.kv_pool.pages_for(len(tokens)))
@@ -146,8 +177,8 @@ def test_quantized_greedy_tokens_agree_at_tp_1_and_3(gguf_model) -> None:
     model_dir = gguf_model(GGMLQuantizationType.Q4_1)
     prompts = [[1, 5, 9, 200, 17], [1, 300, 301, 302, 9, 9, 9, 40], [1, 77]]
     greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
-    # max_int4_rows large: every step, prefill included, runs the int4 kernel
-    args = dict(dtype="float32", quantization="gguf", max_int4_rows=1 << 20, num_pages=512, progress=False)
+    # max_quantized_rows large: every step, prefill included, runs the int4 kernel
+    args = dict(dtype="float32", quantization="gguf", max_quantized_rows=1 << 20, num_pages=512, progress=False)
     tokens = {}
     for tp in (1, 3):
         with LLM(model_dir, tp_size=tp, **args) as llm:
@@ -183,15 +214,15 @@ def fake_probe(int4_ms: dict[int, float], bf16_factor: float = 3.0) -> ProbeResu
     return ProbeResult(
         key={},
         ms={"float32": fp32, "bfloat16": {r: bf16_factor * t for r, t in fp32.items()}, "int4": int4_ms},
-        head_ms={"float32": {r: 1.0 for r in fp32}, "bfloat16": {r: 1.0 for r in fp32}},
+        head_ms={name: {r: 1.0 for r in fp32} for name in ("float32", "bfloat16", "int8")},
     )
 
 
 def test_auto_takes_int4_for_the_batch_sizes_where_it_wins() -> None:
     int4 = {1: 4.0, 2: 5.0, 4: 9.0, 8: 30.0, 16: 60.0, 32: 120.0}  # beats fp32 (11, 12, 14, 18, ...) up to 4 rows
     choice = choose_precision(fake_probe(int4))
-    assert (choice.dtype, choice.quantization, choice.max_int4_rows) == ("float32", "gguf", 4)
-    assert choose_precision(fake_probe(int4), allow_int4=False).quantization == "none"  # no GGUF file
+    assert (choice.dtype, choice.quantization, choice.max_quantized_rows) == ("float32", "gguf", 4)
+    assert choose_precision(fake_probe(int4), allow_quantized=False).quantization == "none"  # no GGUF file
     slower = {rows: 100.0 for rows in precision.PROBE_ROWS}
     assert choose_precision(fake_probe(slower)).quantization == "none"
     assert choose_precision(fake_probe(slower, bf16_factor=0.5)).dtype == "bfloat16"  # native bf16 CPU
@@ -220,7 +251,7 @@ def test_probe_runs_once_per_machine_and_model(monkeypatch: pytest.MonkeyPatch, 
 def test_the_real_probe_measures_every_variant() -> None:
     model = tiny_config()
     result = precision.run_probe(model, tp_size=1, threads=1)
-    assert set(result.ms) == {"float32", "bfloat16", "int4"} and set(result.head_ms) == {"float32", "bfloat16"}
+    assert set(result.ms) == {"float32", "bfloat16", "int4"} and set(result.head_ms) == {"float32", "bfloat16", "int8"}
     assert all(ms > 0 for times in result.ms.values() for ms in times.values())
 
 
@@ -233,16 +264,21 @@ def test_explicit_choices_skip_the_probe_and_bad_ones_fail(gguf_model, tiny_mode
     with pytest.raises(ValueError, match="CPU only"):
         resolve_precision(EngineConfig(gguf_model(GGMLQuantizationType.Q4_1), device="cuda", quantization="gguf"))
     forced = resolve_precision(EngineConfig(gguf_model(GGMLQuantizationType.Q4_1), dtype="float32",
-                                            quantization="gguf", max_int4_rows=4))
-    assert (forced.quantization, forced.max_int4_rows) == ("gguf", 4)
+                                            quantization="gguf", max_quantized_rows=4))
+    assert (forced.quantization, forced.max_quantized_rows) == ("gguf", 4)
 
 
 def test_packed_weights_load_into_the_layers(gguf_model) -> None:
     engine = Engine(EngineConfig(gguf_model(GGMLQuantizationType.Q4_1), dtype="float32", quantization="gguf",
-                                 max_int4_rows=8, num_pages=64, progress=False))
+                                 max_quantized_rows=8, num_pages=64, progress=False))
     state = engine.model.state_dict()
     packed = {name for name, w in state.items() if isinstance(w, PackedInt4Weight)}
     assert packed and all(name.endswith(("qkv_proj.weight", "o_proj.weight", "gate_up_proj.weight",
                                          "down_proj.weight")) for name in packed)
     assert len(packed) == 4 * TINY_MODEL_SPECS[TINY].config.num_hidden_layers
+    # the GGUF's Q8_0 tied embedding: an 8-bit LM head whose lookups read the dense rows
+    embedding = state["model.embed_tokens.weight"]
+    checkpoint = safe_open(str(engine.model_path / "model.safetensors"), framework="pt")
+    assert isinstance(embedding, PackedInt8Weight)
+    assert torch.equal(embedding.dense, checkpoint.get_tensor("model.embed_tokens.weight"))
     engine.shutdown()

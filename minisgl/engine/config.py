@@ -27,9 +27,9 @@ class EngineConfig:
     dist_init_addr: str = ""  # torch.distributed init_method; the launcher fills a fresh store file for tp > 1
     dist_timeout_s: float = 600.0
     load_format: str = "safetensors"  # or "dummy": random weights from config.json alone
-    quantization: str = "auto"  # "gguf": 4-bit linear weights from the checkpoint's GGUF file (CPU);
+    quantization: str = "auto"  # "gguf": 4-bit linear weights (8-bit LM head) from the checkpoint's GGUF (CPU);
     # "none"; auto: gguf when dtype is auto, a GGUF is there, and the probe finds it faster
-    max_int4_rows: int | None = None  # with gguf: batches up to this many rows take the int4 kernel,
+    max_quantized_rows: int | None = None  # with gguf: batches up to this many rows take the int4/int8 kernels,
     # larger ones dense weights; None: the probe's crossover
     deterministic: bool = False  # batch-invariant: a request's tokens never depend on its batch (CPU)
     seed: int = 0

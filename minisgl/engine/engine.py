@@ -126,7 +126,7 @@ class Engine:
         loaded = load_weights(
             self.model_path, self.model_config, tp.rank, tp.size, self.dtype, self.device,
             progress=self.config.progress and tp.rank == 0, quantization=self.config.quantization,
-            max_int4_rows=self.config.max_int4_rows,
+            max_quantized_rows=self.config.max_quantized_rows,
         )
         for name, tensor in loaded:
             self.model.set_weight(name, tensor)

@@ -1,8 +1,8 @@
 """`dtype="auto"` and `quantization="auto"` by measurement (chapter 04, "Which format is fastest
 here"): CPUs differ too much to guess (an AVX2 laptop computes bf16 slower than fp32, an AMX Xeon
 many times faster), so a short probe times the matmuls of one decode step at this model's real
-shapes, as fp32 and bf16 dense weights and as 4-bit weights, at a few batch sizes, and the engine
-takes the winner. The probe runs once per CPU model, torch version, thread count and model shape;
+shapes, as fp32 and bf16 dense weights and as the GGUF's quantized weights (4-bit linear layers,
+an 8-bit LM head), at a few batch sizes, and the engine takes the winner. The probe runs once per CPU model, torch version, thread count and model shape;
 its result is cached under the minisgl cache dir, and `python -m minisgl.check_env` prints it.
 """
 
@@ -23,7 +23,7 @@ import torch
 
 from minisgl.layers import local_kv_heads, vocab_shard_size
 from minisgl.layers.linear import linear
-from minisgl.layers.quantized import Int4Weight, PackedInt4Weight
+from minisgl.layers.quantized import Int4Weight, PackedInt4Weight, PackedInt8Weight
 from minisgl.models.config import ModelConfig
 from minisgl.models.default_model import minisgl_cache_dir
 from minisgl.models.gguf_weights import find_model_gguf
@@ -36,35 +36,38 @@ PROBE_BYTES = 64 << 20  # fp32 layer weights the probe streams per pass: more th
 SAMPLES = 3  # the median of 3 passes, so one noisy pass (another process waking up) cannot decide
 GIVE_UP_FACTOR = 3.0  # one pass this much slower than the best variant so far is enough to rule it out
 DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-PROBE_VERSION = 1  # bump when the measurement changes, so old cached results are not reused
+PROBE_VERSION = 2  # bump when the measurement changes, so old cached results are not reused
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Precision:
-    """The resolved choice: weights and activations in `dtype`; with quantization "gguf", 4-bit
-    linear weights for batches of at most `max_int4_rows` rows (None: every batch)."""
+    """The resolved choice: weights and activations in `dtype`; with quantization "gguf", the
+    quantized weights for batches of at most `max_quantized_rows` rows (None: every batch)."""
 
     dtype: str
     quantization: str
-    max_int4_rows: int | None
+    max_quantized_rows: int | None
     why: str
 
 
 @dataclass
 class ProbeResult:
     key: dict[str, str | int]
-    ms: dict[str, dict[int, float]]  # variant -> rows -> ms per decode step (all layers' linears)
-    head_ms: dict[str, dict[int, float]]  # dtype -> rows -> ms of the LM head matmul
+    ms: dict[str, dict[int, float]]  # dtype or "int4" -> rows -> ms per decode step (all layers' linears)
+    head_ms: dict[str, dict[int, float]]  # dtype or "int8" -> rows -> ms of the LM head matmul
 
-    def step_ms(self, dtype: str, int4_rows: int | None, rows: int) -> float:
-        linears = self.ms["int4"][rows] if int4_rows is not None and rows <= int4_rows else self.ms[dtype][rows]
-        return linears + self.head_ms[dtype][rows]
+    def step_ms(self, dtype: str, quantized_rows: int | None, rows: int) -> float:
+        """A decode step's matmuls at `rows` rows: quantized (4-bit linears, 8-bit head) up to
+        `quantized_rows` rows, dense `dtype` weights above."""
+        if quantized_rows is not None and rows <= quantized_rows:
+            return self.ms["int4"][rows] + self.head_ms["int8"][rows]
+        return self.ms[dtype][rows] + self.head_ms[dtype][rows]
 
 
 def resolve_precision(config: EngineConfig) -> EngineConfig:
-    """`config` with explicit dtype, quantization and max_int4_rows ("auto" measured on a CPU)."""
+    """`config` with explicit dtype, quantization and max_quantized_rows ("auto" measured on a CPU)."""
     device = "cuda" if config.device == "cuda" else "cpu"
     quantization = config.quantization
     if quantization not in ("auto", "none", "gguf"):
@@ -82,9 +85,9 @@ def resolve_precision(config: EngineConfig) -> EngineConfig:
         quantization = "none"
     config = _resolve(config, device, quantization)
     if config.deterministic and config.quantization == "gguf":
-        # the int4 kernel computes each row on its own, whatever the batch: keep it for every batch,
-        # since switching to the dense copy above max_int4_rows would depend on the batch size
-        config = dataclasses.replace(config, max_int4_rows=None)
+        # the int4 / int8 kernels compute each row on its own, whatever the batch: keep them for every batch,
+        # since switching to the dense copy above max_quantized_rows would depend on the batch size
+        config = dataclasses.replace(config, max_quantized_rows=None)
     return config
 
 
@@ -92,38 +95,39 @@ def _resolve(config: EngineConfig, device: str, quantization: str) -> EngineConf
     """The choice itself: explicit values pass, "auto" asks the (cached) probe."""
     if device == "cuda" or (config.dtype != "auto" and quantization != "gguf"):
         dtype = "bfloat16" if config.dtype == "auto" else config.dtype
-        return dataclasses.replace(config, dtype=dtype, quantization="none", max_int4_rows=None)
-    if quantization == "gguf" and config.dtype != "auto" and config.max_int4_rows is not None:
-        return config  # nothing left to measure
+        return dataclasses.replace(config, dtype=dtype, quantization="none", max_quantized_rows=None)
     has_gguf = config.load_format != "dummy" and find_model_gguf(Path(config.model_path)) is not None
     if quantization == "gguf" and not has_gguf:
         raise ValueError(f"--quantization gguf reads a *.gguf file next to the checkpoint, and "
                          f"'{config.model_path}' has none; use --quantization none")
+    rows_known = config.max_quantized_rows is not None or config.deterministic  # deterministic: every batch
+    if quantization == "gguf" and config.dtype != "auto" and rows_known:
+        return config  # nothing left to measure
     model = ModelConfig.from_dir(config.model_path)
     threads = max(1, (os.cpu_count() or 1) // config.tp_info.size)  # what each rank will run with
     choice = choose_precision(cached_probe(model, config.tp_info.size, threads),
                               dtype=None if config.dtype == "auto" else config.dtype,
-                              allow_int4=has_gguf and quantization != "none")
+                              allow_quantized=has_gguf and quantization != "none")
     logger.info("dtype %s on this CPU: %s (%s)", config.dtype, describe(choice), choice.why)
     if quantization == "gguf" and choice.quantization != "gguf":  # asked for: use it where it is fastest
-        choice = dataclasses.replace(choice, quantization="gguf", max_int4_rows=1)
-    max_rows = config.max_int4_rows if config.max_int4_rows is not None else choice.max_int4_rows
-    return dataclasses.replace(config, dtype=choice.dtype, quantization=choice.quantization, max_int4_rows=max_rows)
+        choice = dataclasses.replace(choice, quantization="gguf", max_quantized_rows=1)
+    max_rows = config.max_quantized_rows if config.max_quantized_rows is not None else choice.max_quantized_rows
+    return dataclasses.replace(config, dtype=choice.dtype, quantization=choice.quantization, max_quantized_rows=max_rows)
 
 
-def choose_precision(probe: ProbeResult, dtype: str | None = None, allow_int4: bool = True) -> Precision:
+def choose_precision(probe: ProbeResult, dtype: str | None = None, allow_quantized: bool = True) -> Precision:
     """The variant whose decode step is fastest on geometric average over `SCORE_ROWS`, each batch
-    size measured relative to its best variant. 4-bit weights serve the batch sizes where they beat
-    the dense weights (few rows: memory-bound), dense weights the rest (compute-bound)."""
+    size measured relative to its best variant. Quantized weights serve the batch sizes where they
+    beat the dense weights (few rows: memory-bound), dense weights the rest (compute-bound)."""
     candidates: list[tuple[str, int | None]] = []
     for name in [dtype] if dtype else list(DTYPE_NAMES):
         candidates.append((name, None))
-        wins_up_to = None  # the int4 kernel serves batches up to the first size where it loses
+        wins_up_to = None  # the quantized kernels serve batches up to the first size where they lose
         for rows in PROBE_ROWS:
-            if probe.ms["int4"][rows] >= probe.ms[name][rows]:
+            if probe.step_ms(name, rows, rows) >= probe.step_ms(name, None, rows):
                 break
             wins_up_to = rows
-        if allow_int4 and wins_up_to is not None:
+        if allow_quantized and wins_up_to is not None:
             candidates.append((name, wins_up_to))
     best = {rows: min(probe.step_ms(n, r, rows) for n, r in candidates) for rows in SCORE_ROWS}
 
@@ -131,19 +135,20 @@ def choose_precision(probe: ProbeResult, dtype: str | None = None, allow_int4: b
         ratios = [probe.step_ms(*candidate, rows) / best[rows] for rows in SCORE_ROWS]
         return math.prod(ratios) ** (1 / len(ratios))
 
-    name, int4_rows = min(candidates, key=score)  # ties keep the first: dense fp32 before the rest
-    steps = ", ".join(f"{n}{'' if r is None else f'+int4<={r}'} "
+    name, quantized_rows = min(candidates, key=score)  # ties keep the first: dense fp32 before the rest
+    steps = ", ".join(f"{n}{'' if r is None else f'+gguf<={r}'} "
                       + "/".join(f"{probe.step_ms(n, r, rows):.1f}" for rows in SCORE_ROWS)
                       for n, r in candidates)
     why = f"ms per decode step at batch {'/'.join(map(str, SCORE_ROWS))}: {steps}"
-    return Precision(name, "none" if int4_rows is None else "gguf", int4_rows, why)
+    return Precision(name, "none" if quantized_rows is None else "gguf", quantized_rows, why)
 
 
 def describe(precision: Precision) -> str:
     """One line for check_env and the logs: what `auto` picked."""
     if precision.quantization == "none":
         return f"{precision.dtype} weights"
-    return f"{precision.dtype} weights, 4-bit GGUF weights for batches of <= {precision.max_int4_rows} rows"
+    return (f"{precision.dtype} weights, the GGUF's 4-/8-bit weights for batches of <= "
+            f"{precision.max_quantized_rows} rows")
 
 
 def probe_key(model: ModelConfig, tp_size: int, threads: int) -> dict[str, str | int]:
@@ -192,8 +197,10 @@ def run_probe(model: ModelConfig, tp_size: int, threads: int) -> ProbeResult:
         try:
             packed = [_random_int4(s, generator) for s in shapes * num_probe_layers]
             ms["int4"] = _time_rows(packed, torch.float32, ms, scale)
-        except ValueError:  # shapes the int4 kernel cannot take (its error says which): never picked
-            ms["int4"] = {rows: math.inf for rows in PROBE_ROWS}
+            head = PackedInt8Weight.from_dense(torch.randn(head_shape, generator=generator), None, keep_dense=False)
+            head_ms["int8"] = _time_rows([head], torch.float32, head_ms, 1.0)
+        except ValueError:  # shapes the kernels cannot take (their errors say which): never picked
+            ms["int4"] = head_ms["int8"] = {rows: math.inf for rows in PROBE_ROWS}
     finally:
         torch.set_num_threads(previous_threads)
     return ProbeResult(probe_key(model, tp_size, threads), ms, head_ms)

@@ -1,7 +1,7 @@
 """`BaseOP`: a layer is plain tensors plus child layers; its state dict is read off its attributes.
 
 No nn.Module machinery: inference needs no autograd, hooks or buffers. Public tensor attributes
-are weights (a 4-bit linear weight is a `PackedInt4Weight` instead, chapter 04), public `BaseOP` /
+are weights (a quantized weight is a `PackedWeight` instead, chapter 04), public `BaseOP` /
 `OPList` attributes are children, and names starting with `_` are private (caches, tied
 references). The dotted names match Hugging Face checkpoints after the loader's q/k/v and gate/up
 merges (chapter 04).
@@ -14,10 +14,10 @@ from typing import Generic, TypeVar
 
 import torch
 
-from .quantized import PackedInt4Weight
+from .quantized import PackedWeight
 
-Weight = torch.Tensor | PackedInt4Weight  # what a layer holds and the loader sets
-WEIGHT_TYPES = (torch.Tensor, PackedInt4Weight)
+Weight = torch.Tensor | PackedWeight  # what a layer holds and the loader sets
+WEIGHT_TYPES = (torch.Tensor, PackedWeight)
 
 
 class BaseOP:

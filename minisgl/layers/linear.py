@@ -25,7 +25,7 @@ from .activation import silu_and_mul
 from .base import BaseOP, Weight
 from .batch_invariant import batch_invariant, in_row_tiles
 from .norm import RMSNorm
-from .quantized import PackedInt4Weight
+from .quantized import PackedWeight
 from .tp_ops import custom_tp_ops
 
 
@@ -163,9 +163,9 @@ class RowParallelLinear(_LinearBase):
 
 
 def linear(x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ weight.T + bias: the small-batch GEMV kernel on CUDA decode batches, the int4 kernel for a
-    quantized weight (CPU, quantized.py), else F.linear."""
-    if isinstance(weight, PackedInt4Weight):
+    """x @ weight.T + bias: the small-batch GEMV kernel on CUDA decode batches, the int4 / int8 kernel
+    for a quantized weight (CPU, quantized.py), else F.linear."""
+    if isinstance(weight, PackedWeight):
         y = weight.matmul(x)
         return y if bias is None else y + bias
     if use_small_batch_kernel(x):

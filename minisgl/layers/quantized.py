@@ -1,6 +1,6 @@
-"""Weight-only 4-bit quantization on the CPU: a linear weight kept as 4-bit codes with one scale and
-one minimum per group of inputs, multiplied by PyTorch's int4 CPU kernel (chapter 04, "Quantized
-shards").
+"""Weight-only quantization on the CPU: a linear weight kept as 4-bit codes with one scale and one
+minimum per group of inputs, multiplied by PyTorch's int4 CPU kernel; and the LM head as 8-bit codes
+with one scale per row, multiplied by its int8 CPU kernel (chapter 04, "Quantized shards").
 
 A weight W [out, in] becomes, for every group g of `group_size` consecutive inputs,
 
@@ -16,10 +16,16 @@ Two forms, one per stage:
 - `PackedInt4Weight`, the kernel's form (two codes per byte, in the tile order this CPU's kernel
   reads): what a linear layer holds, and what `linear()` dispatches on.
 
-The kernel streams 4.5 bits per weight instead of 32 or 16, which is what a decode step of a few
-rows waits for. It is no faster at arithmetic than a float GEMM (it widens every weight to fp32
-before multiplying), so above `max_int4_rows` rows, where arithmetic decides, the same weights
-run through F.linear from a dense copy.
+The GGUF stores SmolLM2's tied embedding / LM head as Q8_0 (8-bit codes, one scale per 32 inputs).
+PyTorch's int8 kernel takes one scale per output row only, so `PackedInt8Weight` re-rounds that
+weight to 8 bits per row (W[n, k] = codes[n, k] * scale[n]): a relative RMS change of about 1.2 %
+on SmolLM2's embedding, next to Q8_0's own ~0.7 % step; it serves the LM head's matmul, while
+lookups keep reading the dense table.
+
+Both kernels stream 4 to 8 bits per weight instead of 32 or 16, which is what a decode step of a
+few rows waits for. They are no faster at arithmetic than a float GEMM (they widen every weight to
+fp32 before multiplying), so above `max_quantized_rows` rows, where arithmetic decides, the same
+weights run through F.linear from a dense copy.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ import torch.nn.functional as F
 KERNEL_CODE_OFFSET = 8  # the kernel reads codes 0..15 as the signed values -8..7
 KERNEL_GROUP_SIZES = (32, 64, 128, 256)  # the group sizes the CPU kernel accepts
 KERNEL_OUT_MULTIPLE = 16  # the kernel packs output rows in tiles of 16 (AVX2) or more
+INT8_IN_MULTIPLE = 16  # the int8 kernel reads 16 inputs per aligned load (AVX-512): other sizes crash it
+INT8_MAX_CODE = 127  # symmetric codes -127..127
 
 
 @dataclass
@@ -83,8 +91,8 @@ class Int4Weight:
         minimum = self.minimum.repeat_interleave(self.group_size, dim=1)
         return self.codes.float() * scale + minimum
 
-    def pack(self, dtype: torch.dtype, max_int4_rows: int | None) -> PackedInt4Weight:
-        """The kernel's form, plus a dense copy in `dtype` for batches above `max_int4_rows` rows
+    def pack(self, dtype: torch.dtype, max_quantized_rows: int | None) -> PackedInt4Weight:
+        """The kernel's form, plus a dense copy in `dtype` for batches above `max_quantized_rows` rows
         (None: the int4 kernel takes every batch, no dense copy). Fails with the reason when the
         kernel cannot take this shape."""
         out_features, in_features = self.shape
@@ -101,32 +109,88 @@ class Int4Weight:
         # [in / group, out, 2] bf16: the layout (and the precision) the kernel reads scales in
         scale_and_zero = torch.stack([self.scale.t(), zero.t()], dim=-1).to(torch.bfloat16).contiguous()
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(self.codes.to(torch.int32).contiguous(), 1)
-        dense = None if max_int4_rows is None else self.dequantize().to(dtype)
-        return PackedInt4Weight(packed, scale_and_zero, self.group_size, self.shape, dense, max_int4_rows)
+        dense = None if max_quantized_rows is None else self.dequantize().to(dtype)
+        return PackedInt4Weight(self.shape, dense, max_quantized_rows, packed, scale_and_zero, self.group_size)
 
 
 @dataclass
-class PackedInt4Weight:
-    """What a quantized linear layer holds: 0.5 bytes per weight plus 4 bytes per group of scales,
-    and (unless the int4 kernel takes every batch) the dense weight for large batches."""
+class PackedWeight:
+    """What a quantized layer holds: codes in a kernel's layout, and the dense weight where it is
+    needed (batches above `max_quantized_rows` rows; the lookups of a tied embedding)."""
 
-    packed: torch.Tensor  # [out, in / 2] uint8: two codes per byte, in the kernel's tile order
-    scale_and_zero: torch.Tensor  # [in / group_size, out, 2] bfloat16
-    group_size: int
     shape: torch.Size  # [out, in] of the weight it stands for
-    dense: torch.Tensor | None  # [out, in] in the model's dtype, for batches above max_int4_rows
-    max_int4_rows: int | None  # None: every batch takes the int4 kernel
+    dense: torch.Tensor | None  # [out, in] in the model's dtype
+    max_quantized_rows: int | None  # None: the quantized kernel takes every batch
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """x [tokens, in] @ W.T -> [tokens, out], in x's dtype.
 
-        The kernel's vectorized path reads bf16 activations (its fp32 path is scalar, ~10x slower):
-        it widens each weight and activation to fp32, accumulates in fp32, and rounds the result to
-        bf16, so the output carries bf16 rounding even when x is fp32.
+        The kernels' vectorized paths read bf16 activations (their fp32 paths are scalar, ~10x
+        slower): they widen each weight and activation to fp32, accumulate in fp32, and round the
+        result to bf16, so the output carries bf16 rounding even when x is fp32. Each row is
+        computed on its own, so a row's result never depends on the batch around it.
         """
-        if self.dense is not None and x.shape[0] > self.max_int4_rows:
+        if self.max_quantized_rows is not None and x.shape[0] > self.max_quantized_rows:
             return F.linear(x, self.dense)
-        x_bf16 = x.to(torch.bfloat16).contiguous()
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(
-            x_bf16, self.packed, self.group_size, self.scale_and_zero
-        ).to(x.dtype)
+        # a fresh contiguous copy: the kernels use aligned loads, which a view at an offset would break
+        x_bf16 = torch.empty(x.shape, dtype=torch.bfloat16).copy_(x)
+        return self._kernel(x_bf16).to(x.dtype)
+
+    def _kernel(self, x_bf16: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    @property
+    def kernel_bytes(self) -> int:
+        """Bytes the quantized kernel reads per call: what a decode step of a few rows streams."""
+        raise NotImplementedError
+
+
+@dataclass
+class PackedInt4Weight(PackedWeight):
+    """A 4-bit linear weight: 0.5 bytes per weight plus 4 bytes per group of scales."""
+
+    packed: torch.Tensor  # [out, in / 2] uint8: two codes per byte, in the kernel's tile order
+    scale_and_zero: torch.Tensor  # [in / group_size, out, 2] bfloat16
+    group_size: int
+
+    def _kernel(self, x_bf16: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x_bf16, self.packed, self.group_size, self.scale_and_zero)
+
+    @property
+    def kernel_bytes(self) -> int:
+        return self.packed.nbytes + self.scale_and_zero.nbytes
+
+
+@dataclass
+class PackedInt8Weight(PackedWeight):
+    """An 8-bit weight with one scale per output row: W[n, k] = codes[n, k] * scale[n]."""
+
+    codes: torch.Tensor  # [out, in] int8, -127..127
+    scale: torch.Tensor  # [out] bfloat16
+
+    @staticmethod
+    def from_dense(weight: torch.Tensor, max_quantized_rows: int | None, keep_dense: bool) -> PackedInt8Weight:
+        """Round `weight` [out, in] to 8 bits per row. The dense weight is kept for batches above
+        `max_quantized_rows` rows, or always with `keep_dense` (a tied embedding looks rows up in it)."""
+        out_features, in_features = weight.shape
+        if in_features % INT8_IN_MULTIPLE:
+            raise ValueError(f"the int8 CPU kernel needs a multiple of {INT8_IN_MULTIPLE} inputs, "
+                             f"not {in_features}; use --quantization none")
+        # the kernel multiplies by the bf16 scale, so the codes are rounded against that one
+        scale = (weight.float().abs().amax(dim=1) / INT8_MAX_CODE).to(torch.bfloat16)  # [out]
+        divisor = torch.where(scale > 0, scale.float(), 1.0)  # all-zero rows (vocab padding) keep code 0
+        codes = (weight.float() / divisor[:, None]).round().clamp(-INT8_MAX_CODE, INT8_MAX_CODE).to(torch.int8)
+        dense = weight if keep_dense or max_quantized_rows is not None else None
+        return PackedInt8Weight(weight.shape, dense, max_quantized_rows, codes, scale)
+
+    def _kernel(self, x_bf16: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int8pack_mm(x_bf16, self.codes, self.scale)
+
+    @property
+    def kernel_bytes(self) -> int:
+        return self.codes.nbytes + self.scale.nbytes
+
+
+def dense_table(weight: torch.Tensor | PackedWeight) -> torch.Tensor:
+    """The dense [rows, hidden] table an embedding looks rows up in (a tied 8-bit LM head keeps it)."""
+    return weight.dense if isinstance(weight, PackedWeight) else weight

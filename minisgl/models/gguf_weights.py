@@ -3,7 +3,8 @@
 Converting the embedded model dequantizes every tensor to float32. With `--quantization gguf`
 the loader reads the GGUF next to the converted checkpoint instead and keeps the 4-bit linear
 weights (Q4_0, Q4_1) 4-bit, as `Int4Weight`s with their own scales; every other tensor (norms,
-the embedding, Q8_0 / K-quant / float tensors) arrives dequantized, as in the conversion.
+the embedding, Q8_0 / K-quant / float tensors) arrives dequantized, as in the conversion (the loader
+then packs a block-quantized LM head, such as SmolLM2's Q8_0 one, for the int8 kernel).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ GLOBAL_TENSOR_NAMES = {
 # GGUF block types that are int4 codes with a per-32 scale (and min): bytes per block, has a min
 INT4_BLOCK_TYPES = {GGMLQuantizationType.Q4_0: (18, False), GGMLQuantizationType.Q4_1: (20, True)}
 GGUF_BLOCK_SIZE = 32
+FLOAT_TYPES = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
 
 
 def find_model_gguf(model_dir: Path) -> Path | None:
@@ -57,6 +59,11 @@ def require_model_gguf(model_dir: Path) -> Path:
         raise ModelError(f"--quantization gguf reads a *.gguf file next to the checkpoint, and '{model_dir}' has "
                          "none; use --quantization none")
     return path
+
+
+def block_quantized_names(reader: GGUFReader) -> set[str]:
+    """Hugging Face names of the tensors the file stores in a block-quantized type (not F32/F16/BF16)."""
+    return {hf_tensor_name(t.name) for t in reader.tensors if t.tensor_type not in FLOAT_TYPES}
 
 
 def iter_gguf_tensors(

@@ -18,10 +18,10 @@ from tqdm.auto import tqdm
 
 from minisgl.layers import custom_tp_ops, kv_head_offset, local_kv_heads, vocab_shard_size
 from minisgl.layers.base import Weight
-from minisgl.layers.quantized import Int4Weight
+from minisgl.layers.quantized import INT8_IN_MULTIPLE, Int4Weight, PackedInt8Weight
 
 from .config import ModelConfig, ModelError
-from .gguf_weights import iter_gguf_tensors, require_model_gguf
+from .gguf_weights import block_quantized_names, iter_gguf_tensors, require_model_gguf
 
 Shardable = torch.Tensor | Int4Weight  # what the loader streams: dense tensors and 4-bit weights
 
@@ -165,18 +165,23 @@ def load_weights(
     device: torch.device,
     progress: bool = True,
     quantization: str = "none",
-    max_int4_rows: int | None = None,
+    max_quantized_rows: int | None = None,
 ) -> Iterator[tuple[str, Weight]]:
     """Yield (engine weight name, local weight on `device`) for every weight of the checkpoint.
 
     quantization "gguf" reads the checkpoint's GGUF file instead of its safetensors: 4-bit linear
-    weights are sharded and merged as `Int4Weight`s, then packed for the CPU int4 kernel (with a
-    dense copy for batches above `max_int4_rows` rows).
+    weights are sharded and merged as `Int4Weight`s, then packed for the CPU int4 kernel, and an LM
+    head the GGUF stores block-quantized (SmolLM2's Q8_0) is packed for the int8 kernel; both keep a
+    dense copy for batches above `max_quantized_rows` rows.
     """
+    int8_head = None  # the LM head weight's name when it becomes a PackedInt8Weight
     if quantization == "gguf":
         reader = GGUFReader(require_model_gguf(model_dir))
         source = iter_gguf_tensors(reader, config.num_heads, config.num_kv_heads, keep_int4=True)
         total = len(reader.tensors)
+        head = "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
+        if head in block_quantized_names(reader) and config.hidden_size % INT8_IN_MULTIPLE == 0:
+            int8_head = head
     else:
         source, total = iter_checkpoint(model_dir), count_tensors(model_dir)
     tensors = tqdm(source, total=total, desc=f"Loading weights (rank {rank})", unit="tensor",
@@ -187,7 +192,14 @@ def load_weights(
             yield name, local.to(dtype=dtype, device=device)
         return
     for name, local in shard_and_merge(tensors, config, rank, tp_size, dtype):
-        yield name, local.pack(dtype, max_int4_rows) if isinstance(local, Int4Weight) else local.to(device)
+        if isinstance(local, Int4Weight):
+            yield name, local.pack(dtype, max_quantized_rows)
+        elif name == int8_head:
+            # rounded per row after sharding: vocab shards hold whole rows, so every tp size gets the
+            # same codes; a tied embedding keeps its dense rows for lookups
+            yield name, PackedInt8Weight.from_dense(local, max_quantized_rows, keep_dense=config.tie_word_embeddings)
+        else:
+            yield name, local.to(device)
 
 
 def count_tensors(model_dir: Path) -> int:
