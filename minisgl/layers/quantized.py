@@ -1,6 +1,7 @@
 """Weight-only quantization on the CPU: a linear weight kept as 4-bit codes with one scale and one
 minimum per group of inputs, multiplied by PyTorch's int4 CPU kernel; and the LM head as 8-bit codes
-with one scale per row, multiplied by its int8 CPU kernel (chapter 04, "Quantized shards").
+with one scale per group of 32 inputs, multiplied by its int8 CPU kernel (chapter 04, "Quantized
+shards").
 
 A weight W [out, in] becomes, for every group g of `group_size` consecutive inputs,
 
@@ -16,11 +17,12 @@ Two forms, one per stage:
 - `PackedInt4Weight`, the kernel's form (two codes per byte, in the tile order this CPU's kernel
   reads): what a linear layer holds, and what `linear()` dispatches on.
 
-The GGUF stores SmolLM2's tied embedding / LM head as Q8_0 (8-bit codes, one scale per 32 inputs).
-PyTorch's int8 kernel takes one scale per output row only, so `PackedInt8Weight` re-rounds that
-weight to 8 bits per row (W[n, k] = codes[n, k] * scale[n]): a relative RMS change of about 1.2 %
-on SmolLM2's embedding, next to Q8_0's own ~0.7 % step; it serves the LM head's matmul, while
-lookups keep reading the dense table.
+The GGUF stores SmolLM2's tied embedding / LM head as Q8_0: per block of 32 inputs of a row, a
+scale d = max|w| / 127 and codes round(w / d). PyTorch's int8 kernel takes one scale per output row,
+so `PackedInt8Weight` calls it once per block column, each call with that block's scales, and adds
+the partial results. Q8_0's rule applied again to the dequantized weight gives back the very same
+codes and scales, so it rounds nothing new (but the kernel reads the scales in bf16). It serves the
+LM head's matmul; lookups keep reading the dense table.
 
 Both kernels stream 4 to 8 bits per weight instead of 32 or 16, which is what a decode step of a
 few rows waits for. They are no faster at arithmetic than a float GEMM (they widen every weight to
@@ -39,7 +41,8 @@ import torch.nn.functional as F
 KERNEL_CODE_OFFSET = 8  # the kernel reads codes 0..15 as the signed values -8..7
 KERNEL_GROUP_SIZES = (32, 64, 128, 256)  # the group sizes the CPU kernel accepts
 KERNEL_OUT_MULTIPLE = 16  # the kernel packs output rows in tiles of 16 (AVX2) or more
-INT8_IN_MULTIPLE = 16  # the int8 kernel reads 16 inputs per aligned load (AVX-512): other sizes crash it
+INT8_GROUP_SIZE = 32  # inputs per scale of an int8 weight, as in Q8_0 (the kernel needs a multiple of 16:
+# it reads 16 inputs per aligned load on AVX-512, and other sizes crash it)
 INT8_MAX_CODE = 127  # symmetric codes -127..127
 
 
@@ -163,28 +166,36 @@ class PackedInt4Weight(PackedWeight):
 
 @dataclass
 class PackedInt8Weight(PackedWeight):
-    """An 8-bit weight with one scale per output row: W[n, k] = codes[n, k] * scale[n]."""
+    """An 8-bit weight with one scale per group of `INT8_GROUP_SIZE` inputs of a row (GGUF's Q8_0):
+    W[n, k] = codes[g, n, k - 32 g] * scale[g, n] for g = k // 32."""
 
-    codes: torch.Tensor  # [out, in] int8, -127..127
-    scale: torch.Tensor  # [out] bfloat16
+    codes: torch.Tensor  # [in / 32, out, 32] int8, -127..127: one kernel call per group of inputs
+    scale: torch.Tensor  # [in / 32, out] bfloat16
 
     @staticmethod
     def from_dense(weight: torch.Tensor, max_quantized_rows: int | None, keep_dense: bool) -> PackedInt8Weight:
-        """Round `weight` [out, in] to 8 bits per row. The dense weight is kept for batches above
-        `max_quantized_rows` rows, or always with `keep_dense` (a tied embedding looks rows up in it)."""
+        """Round `weight` [out, in] to 8 bits by Q8_0's rule (a Q8_0 weight gets its own codes back).
+        The dense weight is kept for batches above `max_quantized_rows` rows, or always with
+        `keep_dense` (a tied embedding looks rows up in it)."""
         out_features, in_features = weight.shape
-        if in_features % INT8_IN_MULTIPLE:
-            raise ValueError(f"the int8 CPU kernel needs a multiple of {INT8_IN_MULTIPLE} inputs, "
+        if in_features % INT8_GROUP_SIZE:
+            raise ValueError(f"the int8 LM head needs whole groups of {INT8_GROUP_SIZE} inputs, "
                              f"not {in_features}; use --quantization none")
-        # the kernel multiplies by the bf16 scale, so the codes are rounded against that one
-        scale = (weight.float().abs().amax(dim=1) / INT8_MAX_CODE).to(torch.bfloat16)  # [out]
-        divisor = torch.where(scale > 0, scale.float(), 1.0)  # all-zero rows (vocab padding) keep code 0
-        codes = (weight.float() / divisor[:, None]).round().clamp(-INT8_MAX_CODE, INT8_MAX_CODE).to(torch.int8)
+        groups = weight.float().view(out_features, -1, INT8_GROUP_SIZE).transpose(0, 1)  # [in / 32, out, 32]
+        scale = groups.abs().amax(dim=-1) / INT8_MAX_CODE  # [in / 32, out]
+        divisor = torch.where(scale > 0, scale, 1.0)  # all-zero groups (vocab padding rows) keep code 0
+        codes = (groups / divisor[..., None]).round().clamp(-INT8_MAX_CODE, INT8_MAX_CODE).to(torch.int8)
         dense = weight if keep_dense or max_quantized_rows is not None else None
-        return PackedInt8Weight(weight.shape, dense, max_quantized_rows, codes, scale)
+        return PackedInt8Weight(weight.shape, dense, max_quantized_rows, codes.contiguous(), scale.to(torch.bfloat16))
 
     def _kernel(self, x_bf16: torch.Tensor) -> torch.Tensor:
-        return torch.ops.aten._weight_int8pack_mm(x_bf16, self.codes, self.scale)
+        rows = x_bf16.shape[0]
+        # [tokens, in] -> [in / 32, tokens, 32]: each group's activations one contiguous, aligned block
+        x_groups = x_bf16.view(rows, -1, INT8_GROUP_SIZE).transpose(0, 1).contiguous()
+        out = torch.zeros(rows, self.shape[0])  # [tokens, out] fp32: the groups' partial sums, in order
+        for x_group, codes, scale in zip(x_groups, self.codes, self.scale):
+            out += torch.ops.aten._weight_int8pack_mm(x_group, codes, scale)
+        return out
 
     @property
     def kernel_bytes(self) -> int:

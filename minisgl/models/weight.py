@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from minisgl.layers import custom_tp_ops, kv_head_offset, local_kv_heads, vocab_shard_size
 from minisgl.layers.base import Weight
-from minisgl.layers.quantized import INT8_IN_MULTIPLE, Int4Weight, PackedInt8Weight
+from minisgl.layers.quantized import INT8_GROUP_SIZE, Int4Weight, PackedInt8Weight
 
 from .config import ModelConfig, ModelError
 from .gguf_weights import block_quantized_names, iter_gguf_tensors, require_model_gguf
@@ -180,7 +180,7 @@ def load_weights(
         source = iter_gguf_tensors(reader, config.num_heads, config.num_kv_heads, keep_int4=True)
         total = len(reader.tensors)
         head = "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
-        if head in block_quantized_names(reader) and config.hidden_size % INT8_IN_MULTIPLE == 0:
+        if head in block_quantized_names(reader) and config.hidden_size % INT8_GROUP_SIZE == 0:
             int8_head = head
     else:
         source, total = iter_checkpoint(model_dir), count_tensors(model_dir)
@@ -195,8 +195,8 @@ def load_weights(
         if isinstance(local, Int4Weight):
             yield name, local.pack(dtype, max_quantized_rows)
         elif name == int8_head:
-            # rounded per row after sharding: vocab shards hold whole rows, so every tp size gets the
-            # same codes; a tied embedding keeps its dense rows for lookups
+            # after sharding: vocab shards hold whole rows, and Q8_0's rule gives back the GGUF's own
+            # codes and scales; a tied embedding keeps its dense rows for lookups
             yield name, PackedInt8Weight.from_dense(local, max_quantized_rows, keep_dense=config.tie_word_embeddings)
         else:
             yield name, local.to(device)
