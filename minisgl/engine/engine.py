@@ -115,12 +115,12 @@ class Engine:
     def _load_weights(self) -> None:
         tp = self.config.tp_info
         if self.config.load_format == "dummy":
-            load_dummy_weights(self.model, self.dtype, self.device, self.config.seed)
-            return
-        loaded = load_weights(
-            self.model_path, self.model_config, tp.rank, tp.size, self.dtype, self.device,
-            progress=self.config.progress and tp.rank == 0,
-        )
+            loaded = load_dummy_weights(self.model_config, tp.rank, tp.size, self.dtype, self.device, self.config.seed)
+        else:
+            loaded = load_weights(
+                self.model_path, self.model_config, tp.rank, tp.size, self.dtype, self.device,
+                progress=self.config.progress and tp.rank == 0,
+            )
         for name, tensor in loaded:
             self.model.set_weight(name, tensor)
         still_empty = [name for name, t in self.model.state_dict().items() if t.is_meta]
