@@ -7,6 +7,7 @@ asynchronously, so the scheduler prepares the next step meanwhile (chapter 10).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import torch.distributed as dist
 from minisgl.attention import create_attention_backend
 from minisgl.core import Batch, Req, forward_context
 from minisgl.distributed import (
+    COMM_COUNTER,
     destroy_distributed,
     enable_pynccl,
     enable_torch_distributed,
@@ -67,6 +69,7 @@ class Engine:
         self.dtype = resolve_dtype(config.dtype, self.device)
         self.dist_backend = resolve_dist_backend(config.dist_backend, self.device, tp.size)
         self.cpu_group = self._init_communication()
+        COMM_COUNTER.enabled = config.comm_stats_dir is not None
 
         with torch.device("meta"):  # shapes only; real tensors arrive from the loader
             self.model = create_model(self.model_config)
@@ -158,6 +161,9 @@ class Engine:
             max_bs = min(config.max_running_requests, _MAX_GRAPH_BS)
         if max_bs <= 0 or self.device.type != "cuda":
             return None
+        if COMM_COUNTER.enabled:
+            logger.warning("counting collectives (--comm-stats-dir): running decode eagerly, a graph replay runs no Python")
+            return None
         if not self.attn_backend.supports_cuda_graph:
             logger.warning("CUDA graphs need the triton or flashinfer attention backend; running decode eagerly")
             return None
@@ -203,7 +209,7 @@ class Engine:
         # CUDA graph does this itself, as its first kernel)
         resolve_placeholders(batch.input_ids, self._future_tokens)
         self.attn_backend.prepare(batch)
-        with forward_context(batch, self.attn_backend):
+        with forward_context(batch, self.attn_backend), COMM_COUNTER.forward(batch.phase, batch.num_tokens, self.device):
             return self.model.forward(batch)
 
     def _to_device(self, batch: Batch) -> Batch:
@@ -224,10 +230,23 @@ class Engine:
         self.attn_backend.release(req)
 
     def shutdown(self) -> None:
+        if COMM_COUNTER.enabled:
+            self._write_comm_stats()
         if self.graph_runner is not None:
             self.graph_runner.destroy()  # graphs hold captured collectives: before the communicators
             self.graph_runner = None
         destroy_distributed()
+
+    def _write_comm_stats(self) -> None:
+        """What the communication counter saw on this rank, as `comm-tp{rank}.json` in `comm_stats_dir`."""
+        tp = self.config.tp_info
+        folder = Path(self.config.comm_stats_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        report = {"tp_rank": tp.rank, "tp_size": tp.size, "dist_backend": self.dist_backend,
+                  "device": str(self.device), "phases": COMM_COUNTER.to_json()}
+        (folder / f"comm-tp{tp.rank}.json").write_text(json.dumps(report, indent=1))
+        COMM_COUNTER.reset()
+        COMM_COUNTER.enabled = False
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:

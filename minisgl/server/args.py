@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                                "(default: --max-running-requests, at most 256)")
     parallel.add_argument("--disable-overlap-schedule", action="store_true",
                           help="on CUDA, wait for each step's tokens before scheduling the next")
+    parallel.add_argument("--comm-stats-dir", metavar="DIR",
+                          help="count bytes and time of every collective, per forward and per layer; each rank "
+                               "writes comm-tp<rank>.json into DIR when it stops (decode runs without CUDA graphs)")
     parallel.add_argument("--num-tokenizers", type=int, default=1, metavar="N",
                           help="tokenizer worker processes (default: 1)")
 
@@ -141,6 +144,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         attention_backend=ns.attention_backend,
         cuda_graph_max_bs=ns.cuda_graph_max_bs,
         overlap_schedule=False if ns.disable_overlap_schedule else None,
+        comm_stats_dir=ns.comm_stats_dir,
         load_format=ns.load_format,
         seed=ns.seed,
         max_running_requests=ns.max_running_requests,
