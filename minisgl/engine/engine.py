@@ -27,6 +27,7 @@ from minisgl.distributed import (
     min_over_ranks,
     set_tp_info,
 )
+from minisgl.distributed.rendezvous import bind_collectives_towards, parse_tcp_addr, tcp_store
 from minisgl.kvcache import KVCachePool
 from minisgl.layers import local_kv_heads
 from minisgl.models.config import ModelConfig
@@ -67,7 +68,7 @@ class Engine:
         self.model_config.check_tp_size(tp.size)
         self.device = _bind_device(config)
         self.dtype = resolve_dtype(config.dtype, self.device)
-        self.dist_backend = resolve_dist_backend(config.dist_backend, self.device, tp.size)
+        self.dist_backend = resolve_dist_backend(config.dist_backend, self.device, tp.size, config.local_world_size)
         self.cpu_group = self._init_communication()
         COMM_COUNTER.enabled = config.comm_stats_dir is not None
 
@@ -95,21 +96,23 @@ class Engine:
         self.graph_runner = self._init_cuda_graphs()
 
     def _init_communication(self) -> dist.ProcessGroup | None:
-        """A gloo group for CPU control messages; tensor collectives on gloo or NCCL (chapter 03)."""
+        """A gloo group for CPU control messages; tensor collectives on gloo or NCCL (chapter 03).
+        The ranks meet at the store `dist_init_addr` (rank 0 serves it; chapter 12)."""
         tp = self.config.tp_info
         if tp.size == 1:
             return None
         timeout = timedelta(seconds=self.config.dist_timeout_s)
         backend = self.dist_backend
+        bind_collectives_towards(parse_tcp_addr(self.config.dist_init_addr)[0])
+        store = tcp_store(self.config.dist_init_addr, tp.rank, tp.size, timeout)
         if backend == "nccl":
-            dist.init_process_group("nccl", init_method=self.config.dist_init_addr, rank=tp.rank,
-                                    world_size=tp.size, timeout=timeout, device_id=self.device)
+            dist.init_process_group("nccl", store=store, rank=tp.rank, world_size=tp.size, timeout=timeout,
+                                    device_id=self.device)
             cpu_group = dist.new_group(backend="gloo", timeout=timeout)
             enable_torch_distributed(dist.group.WORLD)
             return cpu_group
         # gloo: CPU tensors, and CUDA tensors when ranks share a GPU (staged through host memory)
-        dist.init_process_group("gloo", init_method=self.config.dist_init_addr, rank=tp.rank,
-                                world_size=tp.size, timeout=timeout)
+        dist.init_process_group("gloo", store=store, rank=tp.rank, world_size=tp.size, timeout=timeout)
         enable_torch_distributed(dist.group.WORLD)
         if backend == "pynccl":  # gloo stays below as the CPU group; PyNCCL wins (last plugin)
             enable_pynccl(dist.group.WORLD, self.device)
@@ -148,11 +151,11 @@ class Engine:
     def _default_kv_budget(self) -> float:
         if self.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device)
-            # ranks r, r + count, ... share GPU r: the busiest GPU hosts ceil(tp / count) ranks
-            ranks_here = -(-self.config.tp_info.size // max(1, torch.cuda.device_count()))
+            # local ranks r, r + count, ... share GPU r: the busiest GPU hosts ceil(ranks / count)
+            ranks_here = -(-self.config.local_world_size // max(1, torch.cuda.device_count()))
             return 0.85 * free / ranks_here
         available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        return min(0.2 * available / self.config.tp_info.size, _CPU_KV_BUDGET_CAP)
+        return min(0.2 * available / self.config.local_world_size, _CPU_KV_BUDGET_CAP)
 
     def _init_cuda_graphs(self) -> CudaGraphRunner | None:
         config = self.config
@@ -162,7 +165,7 @@ class Engine:
         if max_bs <= 0 or self.device.type != "cuda":
             return None
         if COMM_COUNTER.enabled:
-            logger.warning("counting collectives (--comm-stats-dir): running decode eagerly, a graph replay runs no Python")
+            logger.warning("counting collectives (--comm-stats-dir): decode runs eagerly, graph replays run no Python")
             return None
         if not self.attn_backend.supports_cuda_graph:
             logger.warning("CUDA graphs need the triton or flashinfer attention backend; running decode eagerly")
@@ -209,7 +212,8 @@ class Engine:
         # CUDA graph does this itself, as its first kernel)
         resolve_placeholders(batch.input_ids, self._future_tokens)
         self.attn_backend.prepare(batch)
-        with forward_context(batch, self.attn_backend), COMM_COUNTER.forward(batch.phase, batch.num_tokens, self.device):
+        counted = COMM_COUNTER.forward(batch.phase, batch.num_tokens, self.device)  # a no-op unless counting
+        with forward_context(batch, self.attn_backend), counted:
             return self.model.forward(batch)
 
     def _to_device(self, batch: Batch) -> Batch:
@@ -238,13 +242,15 @@ class Engine:
         destroy_distributed()
 
     def _write_comm_stats(self) -> None:
-        """What the communication counter saw on this rank, as `comm-tp{rank}.json` in `comm_stats_dir`."""
-        tp = self.config.tp_info
-        folder = Path(self.config.comm_stats_dir)
+        """What the communication counter saw on this rank, as `comm-tp{rank}.json` in `comm_stats_dir`
+        (`comm-dp{replica}-tp{rank}.json` with data parallelism)."""
+        config, tp = self.config, self.config.tp_info
+        folder = Path(config.comm_stats_dir)
         folder.mkdir(parents=True, exist_ok=True)
-        report = {"tp_rank": tp.rank, "tp_size": tp.size, "dist_backend": self.dist_backend,
-                  "device": str(self.device), "phases": COMM_COUNTER.to_json()}
-        (folder / f"comm-tp{tp.rank}.json").write_text(json.dumps(report, indent=1))
+        report = {"tp_rank": tp.rank, "tp_size": tp.size, "dp_rank": config.dp_rank, "dp_size": config.dp_size,
+                  "dist_backend": self.dist_backend, "device": str(self.device), "phases": COMM_COUNTER.to_json()}
+        replica = f"dp{config.dp_rank}-" if config.dp_size > 1 else ""
+        (folder / f"comm-{replica}tp{tp.rank}.json").write_text(json.dumps(report, indent=1))
         COMM_COUNTER.reset()
         COMM_COUNTER.enabled = False
 
@@ -263,17 +269,17 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return dtypes[name]
 
 
-def resolve_dist_backend(name: str, device: torch.device, tp_size: int) -> str:
-    """`auto`: PyNCCL when every rank has its own GPU, else gloo (CPU, or ranks sharing a GPU:
-    NCCL refuses two ranks on one device)."""
+def resolve_dist_backend(name: str, device: torch.device, tp_size: int, local_ranks: int) -> str:
+    """`auto`: PyNCCL when each of the `local_ranks` processes on this machine has its own GPU, else
+    gloo (CPU, or ranks sharing a GPU: NCCL refuses two ranks on one device)."""
     backends = ("auto", "gloo", "nccl", "pynccl")
     if name not in backends:
         raise ValueError(f"unknown dist backend {name!r}; available: {', '.join(backends)}")
-    own_gpu = device.type == "cuda" and torch.cuda.device_count() >= tp_size
+    own_gpu = device.type == "cuda" and torch.cuda.device_count() >= local_ranks
     if name == "auto":
         return "pynccl" if own_gpu and tp_size > 1 else "gloo"
     if name in ("nccl", "pynccl") and not own_gpu:
-        where = "a CPU" if device.type != "cuda" else f"{torch.cuda.device_count()} GPU(s) for {tp_size} ranks"
+        where = "a CPU" if device.type != "cuda" else f"{torch.cuda.device_count()} GPU(s) for {local_ranks} ranks"
         raise ValueError(f"dist backend {name!r} needs one GPU per rank, got {where}; use --dist-backend gloo")
     return name
 
@@ -290,13 +296,13 @@ def _cpu_has_fast_bf16() -> bool:
 def _bind_device(config: EngineConfig) -> torch.device:
     if config.device == "cpu":
         # ranks share the cores: oversubscribed threads slow every rank down
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.tp_info.size))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.local_world_size))
         return torch.device("cpu")
     if config.device == "cuda":
         if not torch.cuda.is_available():
             raise ValueError("--device cuda, but torch sees no CUDA GPU; use --device cpu")
-        # several ranks may share one GPU (gloo only): rank r -> GPU r mod count
-        device = torch.device(f"cuda:{config.tp_info.rank % torch.cuda.device_count()}")
+        # several ranks may share one GPU (gloo only): local rank r -> GPU r mod count
+        device = torch.device(f"cuda:{config.local_rank % torch.cuda.device_count()}")
         torch.cuda.set_device(device)
         return device
     raise ValueError(f"unknown device {config.device!r}; use cpu or cuda")

@@ -47,8 +47,19 @@ class TokenOutput:
     error: str | None = None
 
 
-Message = Union[GenerateRequest, AbortRequest, ShutdownRequest, TokenOutput]
-_TYPES: dict[str, type] = {cls.__name__: cls for cls in (GenerateRequest, AbortRequest, ShutdownRequest, TokenOutput)}
+@dataclass
+class FinishedRequests:
+    """Rank 0 of data-parallel replica `replica` -> the DP controller: these requests left it (so
+    the controller's count of each replica's waiting + running requests stays exact; chapter 12)."""
+
+    replica: int
+    uids: list[int]
+
+
+Message = Union[GenerateRequest, AbortRequest, ShutdownRequest, TokenOutput, FinishedRequests]
+_TYPES: dict[str, type] = {
+    cls.__name__: cls for cls in (GenerateRequest, AbortRequest, ShutdownRequest, TokenOutput, FinishedRequests)
+}
 
 
 def register_message(cls: type) -> type:

@@ -16,7 +16,17 @@ from typing import Protocol
 import torch.distributed as dist
 
 from minisgl.distributed import DistributedInfo, barrier, broadcast_count
-from minisgl.message import IpcAddresses, Message, PubQueue, PullQueue, PushQueue, SubQueue, TokenOutput, decode_message
+from minisgl.message import (
+    FinishedRequests,
+    IpcAddresses,
+    Message,
+    PubQueue,
+    PullQueue,
+    PushQueue,
+    SubQueue,
+    TokenOutput,
+    decode_message,
+)
 
 IDLE_POLL_MS = 50  # an idle rank 0 still broadcasts a zero count this often, so peers never time out
 PEER_TIMEOUT_MS = 120_000
@@ -53,15 +63,23 @@ class LocalIO:
 
 class ZmqIO:
     """Rank 0 reads `addrs.scheduler`, pushes its outputs to `addrs.detokenizer` and publishes on
-    `addrs.broadcast`; every other rank subscribes to `addrs.broadcast`."""
+    `addrs.broadcast`; every other rank subscribes to `addrs.broadcast`. In data-parallel replica
+    `replica`, rank 0 also tells the DP controller (`addrs.controller`) which requests finished."""
 
-    def __init__(self, tp_info: DistributedInfo, cpu_group: dist.ProcessGroup | None, addrs: IpcAddresses) -> None:
+    def __init__(
+        self, tp_info: DistributedInfo, cpu_group: dist.ProcessGroup | None, addrs: IpcAddresses, replica: int = 0
+    ) -> None:
         self.tp_info = tp_info
         self.cpu_group = cpu_group
+        self.replica = replica
+        self.controller: PushQueue | None = None
         if tp_info.is_primary:
             self.requests = PullQueue(addrs.scheduler)
             self.outputs = PushQueue(addrs.detokenizer)
             self._queues: list[PullQueue | PushQueue | PubQueue | SubQueue] = [self.requests, self.outputs]
+            if addrs.controller:
+                self.controller = PushQueue(addrs.controller)
+                self._queues.append(self.controller)
             if tp_info.size > 1:
                 self.publisher = PubQueue(addrs.broadcast)
                 self._queues.append(self.publisher)
@@ -88,6 +106,9 @@ class ZmqIO:
         if self.tp_info.is_primary:
             for output in outputs:
                 self.outputs.put(output)
+            finished = [output.uid for output in outputs if output.finished]
+            if self.controller is not None and finished:
+                self.controller.put(FinishedRequests(self.replica, finished))
 
     def close(self) -> None:
         for queue in self._queues:
