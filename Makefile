@@ -61,3 +61,13 @@ figures: install
 
 clean:
 	rm -rf $(VENV) site .pytest_cache
+
+# Running a class (docs/instructors.md): a student release without answers, and a Gradescope bundle.
+.PHONY: student-release autograder
+student-release:
+	rm -rf build/student-release build/student-release.tar.gz
+	$(PYTHON) tools/release.py student build/student-release --tarball
+
+autograder:
+	rm -f build/autograder.zip
+	$(PYTHON) tools/release.py autograder build/autograder.zip

@@ -4,7 +4,7 @@
   project README as pages. It runs before mkdocs-jupyter's `on_files`, which then renders the
   notebooks (unexecuted).
 - `on_page_markdown` fixes the links that are relative to the repository rather than to the site:
-  `../../docs/x.md` in a lesson, `docs/x.md` in the README.
+  `../../docs/x.md` in a lesson, `../docs/x.md` in the exercises guide, `docs/x.md` in the README.
 - `on_post_page` points a notebook's "lesson page" link (README.md next to it) at the lesson's URL.
 """
 
@@ -48,6 +48,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     src = page.file.src_uri
     if src.startswith("chapters/"):
         return markdown.replace("](../../docs/", "](../../")
+    if src.startswith("exercises/"):
+        return markdown.replace("](../docs/", "](../")
     if src == README_PAGE:
         return markdown.replace("](docs/", "](")
     return markdown

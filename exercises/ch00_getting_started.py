@@ -13,9 +13,15 @@ import torch
 def rank_sum(device: torch.device) -> int:
     """Task 00-getting-started/rank-sum: the sum of all ranks' numbers, returned on every rank.
 
-    Every rank contributes its own rank number (from `minisgl.distributed.get_tp_info()`), e.g. at
-    tp = 4 the answer is 0 + 1 + 2 + 3 = 6 on all four ranks. Build a tensor of shape [1] on
-    `device` and sum it across ranks with `minisgl.distributed.all_reduce` (the one seam every
-    collective goes through, so the grader can count it: exactly one call).
+    device:  this rank's device (cpu, or the GPU it owns)
+    returns  0 + 1 + ... + (tp - 1) as a Python int, the same on every rank (0 at tp = 1)
+
+    Contract:
+    - every rank puts its own number (`minisgl.distributed.get_tp_info().rank`) in a tensor of
+      shape [1] on `device` and sums it across ranks with exactly one
+      `minisgl.distributed.all_reduce` (the one seam every collective goes through, so the grader
+      can count it); at tp = 1 that call is free, but it is still the one call.
+
+    May use: torch; minisgl.distributed.get_tp_info and all_reduce.
     """
     raise NotImplementedError("00-getting-started/rank-sum")

@@ -17,14 +17,20 @@ UNIQUE_ID_BYTES = 128  # sizeof(ncclUniqueId)
 
 
 def broadcast_unique_id(create_id: Callable[[], bytes], cpu_group: dist.ProcessGroup) -> bytes:
-    """Task 03-communication-init/unique-id: rank 0's id, on every rank of `cpu_group`.
+    """Task 03-communication-init/unique-id: the id of `cpu_group`'s rank 0, on every rank of it.
 
-    create_id: returns UNIQUE_ID_BYTES fresh bytes; only rank 0 (of `cpu_group`) may call it, since
-               every call makes a different id
-    cpu_group: a gloo process group (CPU tensors only)
-    returns    the 128 bytes rank 0 created, as `bytes`, on every rank
+    create_id: returns UNIQUE_ID_BYTES fresh bytes; every call makes a different id
+    cpu_group: a gloo process group (CPU tensors only); it need not be the default (WORLD) group
+               nor start at global rank 0
+    returns    the 128 bytes the group's rank 0 created, as `bytes`, on every rank of the group
 
-    Hint: a collective moves tensors, not bytes: use a uint8 tensor of shape [128] and
-    `torch.distributed.broadcast(..., src=<global rank of the group's rank 0>, group=cpu_group)`.
+    Contract:
+    - only the group's rank 0 (`dist.get_rank(cpu_group) == 0`) calls create_id, exactly once;
+    - exactly one `torch.distributed.broadcast`, on `cpu_group` (never the default group), from
+      the group's rank 0 - whose *global* rank is `dist.get_global_rank(cpu_group, 0)` - and no
+      other collective, also when the group has a single rank.
+
+    Hint: a collective moves tensors, not bytes: use a uint8 tensor of shape [128].
+    May use: torch, torch.distributed. Nothing of minisgl (PyNCCLCommunicator does this for real).
     """
     raise NotImplementedError("03-communication-init/unique-id")

@@ -20,10 +20,21 @@ def receive_step(io: ZmqIO, pulled: list[bytes]) -> list[bytes]:
     """Task 06-rank0-broadcast/receive-step: one step's new messages, the same on every rank.
 
     pulled:  on rank 0, the payloads it just took from the tokenizer (possibly none); [] elsewhere
-    returns  rank 0's `pulled`, in its order, on every rank
+    returns  rank 0's `pulled`, in its order, on every rank (a list; `pulled` is left unchanged)
 
-    Rank 0 broadcasts len(pulled) (an int64 tensor of shape [1], src = rank 0) over io.cpu_group
-    even when it is 0, then publishes each payload; every other rank takes part in the same
-    broadcast and then receives exactly that many payloads.
+    Contract:
+    - at tp = 1 (io.tp_info.size == 1) there is no one to tell: return the payloads, with no
+      collective and no socket;
+    - otherwise rank 0 broadcasts len(pulled) over io.cpu_group (never the default group) from the
+      group's rank 0 - which need not be global rank 0 - even when the count is 0, then publishes
+      each payload; every other rank takes part in the same broadcast and then receives exactly
+      that many payloads. Exactly one broadcast per step, no other collective.
+      `minisgl.distributed.broadcast_count(count, group)` is that broadcast; written by hand it is
+      an int64 tensor of shape [1] and `torch.distributed.broadcast(..., group=io.cpu_group,
+      group_src=0)` (or src=`dist.get_global_rank(io.cpu_group, 0)`).
+
+    May use: torch, torch.distributed, minisgl.distributed.broadcast_count, and the four
+    attributes of `io` listed above. Not ZmqIO's own methods (its `receive` is the engine's answer
+    to this task).
     """
     raise NotImplementedError("06-rank0-broadcast/receive-step")

@@ -20,9 +20,17 @@ def tp_mlp_forward(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: 
 
     x:    [tokens, hidden], the same on every rank
     gate: [intermediate, hidden], up: [intermediate, hidden], down: [hidden, intermediate]: full
-          checkpoint weights; shard them for this rank (get_tp_info()), fuse gate/up, run
-    returns [tokens, hidden] = down(silu(gate(x)) * up(x)) on every rank, with exactly one
-    all-reduce through minisgl.distributed (minisgl.layers.silu_and_mul may help)
+          checkpoint weights, the same dtype as x; shard them for this rank (get_tp_info()), fuse
+          gate/up, run
+    returns [tokens, hidden] = down(silu(gate(x)) * up(x)) on every rank
+
+    Contract:
+    - exactly one `minisgl.distributed.all_reduce` and no other collective;
+    - the result has x's dtype and device; x and the weights are left unchanged;
+    - raise ValueError naming intermediate_size when tp does not divide it.
+
+    May use: torch; minisgl.distributed.get_tp_info and all_reduce; minisgl.layers.silu_and_mul.
+    Not the engine's linear layers or LlamaMLP (they are this task).
     """
     raise NotImplementedError("07-tp-decoder-layer/tp-mlp")
 
@@ -30,9 +38,10 @@ def tp_mlp_forward(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: 
 def local_shapes(hf_config: dict[str, Any], tp_size: int, dtype_bytes: int = 2) -> dict[str, int]:
     """Task 07-tp-decoder-layer/local-shapes: one rank's share of a decoder layer and its KV cache.
 
-    hf_config: a Hugging Face config.json as a dict (num_attention_heads, num_key_value_heads,
-               hidden_size, intermediate_size, num_hidden_layers, vocab_size; head_dim if present,
-               else hidden_size / num_attention_heads)
+    hf_config: a Hugging Face config.json as a dict: hidden_size, intermediate_size,
+               num_hidden_layers, num_attention_heads, vocab_size (required); num_key_value_heads
+               (absent: as many as attention heads); head_dim (absent: hidden_size /
+               num_attention_heads; present, it need not equal that)
     returns {
       "local_q_heads":  query heads on one rank,
       "local_kv_heads": KV heads on one rank (at least 1: replicated when there are fewer than tp),
@@ -44,7 +53,14 @@ def local_shapes(hf_config: dict[str, Any], tp_size: int, dtype_bytes: int = 2) 
       "kv_bytes_per_token": bytes of K and V one token takes in this rank's cache, all layers,
                         `dtype_bytes` per element,
     }
-    Raise ValueError naming the valid tp sizes when tp_size does not fit the model (see
-    minisgl.models.config.ModelConfig.valid_tp_sizes).
+
+    Contract: raise ValueError
+    - naming the valid tp sizes (e.g. "1, 3" for SmolLM2) when tp_size does not split the query
+      heads or the MLP evenly, or neither divides nor is a multiple of the KV heads (the valid
+      sizes are the tp in 1 .. num_attention_heads for which all three hold);
+    - naming the key when a required key is missing.
+
+    May use: plain Python. Nothing of minisgl (its layers' constructors and config checks compute
+    exactly these numbers).
     """
     raise NotImplementedError("07-tp-decoder-layer/local-shapes")

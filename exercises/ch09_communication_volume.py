@@ -7,7 +7,8 @@ Counting conventions of the chapter:
 - an all-reduce's payload per token is one hidden vector: hidden_size * dtype_bytes;
 - a ring all-reduce makes every rank send 2 (t - 1) / t times the payload (reduce-scatter, then
   all-gather); an all-gather of V logits leaves every rank receiving the (t - 1) / t it lacks.
-Return plain numbers in bytes (not KiB).
+Return plain numbers in bytes (not KiB). At tp = 1 nothing is communicated: 0 bytes.
+Raise ValueError when tp_size < 1. May use: plain Python (the engine has no calculator).
 """
 
 from __future__ import annotations

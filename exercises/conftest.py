@@ -21,21 +21,23 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(GradeReport(config), "minisgl-grade-report")
 
 
-def _impls(config: pytest.Config) -> list[tuple[str, str | None]]:
-    """(resolved spec, chapter or None) for each entry of --impl `a,b@ch05,...`."""
-    impls = []
+def _impls(config: pytest.Config) -> dict[str, set[str] | None]:
+    """Each resolved spec of --impl `a,b@ch05,b@ch07,...` -> the chapters it is graded on (None: all)."""
+    impls: dict[str, set[str] | None] = {}
     for entry in config.getoption("--impl").split(","):
         spec, _, chapter = entry.strip().partition("@ch")
         try:
-            impls.append((resolve_impl(spec), chapter or None))
+            resolved = resolve_impl(spec)
         except ImplementationError as error:
             raise pytest.UsageError(str(error)) from None
+        chapters = impls.get(resolved, set())
+        impls[resolved] = None if chapters is None or not chapter else chapters | {chapter}
     return impls
 
 
-@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: `pytest exercises -m ch05` must see the marker
+@pytest.hookimpl(tryfirst=True)  # before `-m` / `-k` deselect: the markers and the points must exist by then
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    chapters = dict(_impls(config))
+    impls = _impls(config)
     kept, dropped = [], []
     for item in items:
         marker = item.get_closest_marker("task")
@@ -45,10 +47,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         chapter = chapter_of(marker.args[0])
         item.add_marker(getattr(pytest.mark, f"ch{chapter}"))
         impl = getattr(item, "callspec", None) and item.callspec.params.get("impl")
-        (dropped if impl and chapters.get(impl) not in (None, chapter) else kept).append(item)
-    if dropped:  # an `--impl SPEC@chNN` is graded on its chapter only
+        chapters = impls.get(impl) if impl else None
+        (dropped if chapters is not None and chapter not in chapters else kept).append(item)
+    if dropped:  # an `--impl SPEC@chNN` is graded on its chapters only
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+    config.pluginmanager.get_plugin("minisgl-grade-report").assign_points(items)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -56,15 +60,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         sizes = [int(size) for size in metafunc.config.getoption("--world-sizes").split(",")]
         metafunc.parametrize("world_size", sizes, ids=[f"ws{size}" for size in sizes])
     impls = _impls(metafunc.config)
-    if "impl" in metafunc.fixturenames and (len(impls) > 1 or impls[0][1]):
-        specs = [spec for spec, _ in impls]
-        metafunc.parametrize("impl", specs, ids=[Path(spec).name for spec in specs], scope="session")
+    if "impl" in metafunc.fixturenames and (len(impls) > 1 or any(c is not None for c in impls.values())):
+        metafunc.parametrize("impl", list(impls), ids=[Path(spec).name for spec in impls], scope="session")
 
 
 @pytest.fixture(scope="session")
 def impl(pytestconfig: pytest.Config) -> str:
     """The implementation spec every adapter call receives (also sent to spawned ranks)."""
-    return _impls(pytestconfig)[0][0]
+    return next(iter(_impls(pytestconfig)))
 
 
 @pytest.fixture(scope="session")

@@ -1,3 +1,5 @@
-"""Reference answers to exercises/, file for file. Each answer wraps the engine's own code where the
-engine has it (minisgl.layers, minisgl.models.weight, minisgl.process, ...); grade them with
-`pytest exercises --impl solutions`."""
+"""Reference answers to exercises/, file for file, written from first principles with only what
+each task's docstring allows (the engine's own implementation of a task is off limits while it is
+graded); `pytest exercises --impl solutions` grades them. `quizzes/` holds the quiz keys.
+
+Instructor material: a student release (`make student-release`) leaves this folder out."""

@@ -1,33 +1,31 @@
-"""Chapter 01 reference: the engine's ColumnParallelLinear / RowParallelLinear, fed this rank's shard.
-
-The layers are built on the meta device, as the engine builds its model, and get their shard the way
-the loader gives it (minisgl.models.weight: column = split dim 0, row = split dim 1).
-"""
+"""Chapter 01 reference: the forward of a column- and a row-parallel linear on this rank's shard,
+as minisgl/layers/linear.py computes them."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
-from minisgl.distributed import get_tp_info
-from minisgl.layers import ColumnParallelLinear, RowParallelLinear
-
-
-def column_parallel_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    tp = get_tp_info()
-    out_features, in_features = weight.shape
-    with torch.device("meta"):
-        layer = ColumnParallelLinear(in_features, out_features, has_bias=bias is not None)
-    layer.weight = weight.chunk(tp.size, dim=0)[tp.rank]  # [out / tp, in]
-    if bias is not None:
-        layer.bias = bias.chunk(tp.size, dim=0)[tp.rank]  # [out / tp]
-    return layer.forward(x)  # [tokens, out / tp]
+from minisgl.distributed import all_reduce
 
 
-def row_parallel_forward(x_local: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    tp = get_tp_info()
-    out_features, in_features = weight.shape
-    with torch.device("meta"):
-        layer = RowParallelLinear(in_features, out_features, has_bias=bias is not None)
-    layer.weight = weight.chunk(tp.size, dim=1)[tp.rank]  # [out, in / tp]
-    layer.bias = bias  # [out], whole on every rank: added once, after the all-reduce
-    return layer.forward(x_local)  # [tokens, out], all-reduced
+def _check_shapes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, what: str) -> None:
+    if x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"{what}: input has {x.shape[-1]} features, the weight shard {tuple(weight.shape)} takes "
+                         f"{weight.shape[1]}")
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ValueError(f"{what}: bias {tuple(bias.shape)} does not match the weight shard's {weight.shape[0]} rows")
+
+
+def column_parallel_forward(x: torch.Tensor, weight_shard: torch.Tensor,
+                            bias_shard: torch.Tensor | None) -> torch.Tensor:
+    _check_shapes(x, weight_shard, bias_shard, "column_parallel_forward")
+    return F.linear(x, weight_shard, bias_shard)  # [tokens, out / tp]: whole dot products, no communication
+
+
+def row_parallel_forward(x_local: torch.Tensor, weight_shard: torch.Tensor,
+                         bias: torch.Tensor | None) -> torch.Tensor:
+    _check_shapes(x_local, weight_shard, bias, "row_parallel_forward")
+    partial = F.linear(x_local, weight_shard)  # [tokens, out]: this rank's share of the sum
+    output = all_reduce(partial)
+    return output if bias is None else output + bias  # once, after the sum

@@ -1,49 +1,56 @@
-"""Chapter 07 reference: the engine's LlamaMLP pieces (MergedColumnParallelLinear, silu_and_mul,
-RowParallelLinear) fed this rank's shards, and local sizes read off the engine's own layers and
-config checks (minisgl.models.config, minisgl.layers, minisgl.kvcache)."""
+"""Chapter 07 reference: the MLP as column (fused gate/up) -> SiLU-and-multiply -> row + one
+all-reduce, and the local sizes of a decoder layer computed from the config alone."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
-from minisgl.distributed import get_tp_info
-from minisgl.kvcache import KVCachePool
-from minisgl.layers import MergedColumnParallelLinear, RowParallelLinear, local_kv_heads, silu_and_mul, vocab_shard_size
-from minisgl.models.config import ModelConfig
+from minisgl.distributed import all_reduce, get_tp_info
+from minisgl.layers import silu_and_mul
+
+REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
 
 def tp_mlp_forward(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
     tp = get_tp_info()
-    intermediate, hidden = gate.shape
-    with torch.device("meta"):
-        gate_up_proj = MergedColumnParallelLinear(hidden, [intermediate, intermediate])
-        down_proj = RowParallelLinear(intermediate, hidden)
-    # shard, then merge: [gate rows of this rank; up rows of this rank]
-    gate_up_proj.weight = torch.cat([gate.chunk(tp.size, dim=0)[tp.rank], up.chunk(tp.size, dim=0)[tp.rank]])
-    down_proj.weight = down.chunk(tp.size, dim=1)[tp.rank]  # [hidden, intermediate / tp]
-    gate_up = gate_up_proj.forward(x)  # [tokens, 2 * intermediate / tp]
-    return down_proj.forward(silu_and_mul(gate_up))  # [tokens, hidden], all-reduced
+    intermediate = gate.shape[0]
+    if intermediate % tp.size != 0:
+        raise ValueError(f"tp_size={tp.size} does not divide intermediate_size={intermediate}")
+    size = intermediate // tp.size
+    rows = slice(tp.rank * size, (tp.rank + 1) * size)
+    gate_up = torch.cat([gate[rows], up[rows]])  # [2 * intermediate / tp, hidden]: shard, then fuse
+    down_shard = down[:, rows]  # [hidden, intermediate / tp], a strided view: fine on every device
+    partial = F.linear(silu_and_mul(F.linear(x, gate_up)), down_shard)  # [tokens, hidden]
+    return all_reduce(partial)
+
+
+def valid_tp_sizes(heads: int, kv_heads: int, intermediate: int) -> list[int]:
+    return [tp for tp in range(1, heads + 1)
+            if heads % tp == 0 and intermediate % tp == 0 and (kv_heads % tp == 0 or tp % kv_heads == 0)]
 
 
 def local_shapes(hf_config: dict[str, Any], tp_size: int, dtype_bytes: int = 2) -> dict[str, int]:
-    config = ModelConfig.from_dict(hf_config)
-    try:
-        config.check_tp_size(tp_size)
-    except ValueError as error:  # ModelError: say it as a plain ValueError
-        raise ValueError(str(error)) from None
-    q_heads = config.num_heads // tp_size
-    kv_heads = local_kv_heads(config.num_kv_heads, tp_size)
-    intermediate = config.intermediate_size // tp_size
+    missing = [key for key in REQUIRED if key not in hf_config]
+    if missing:
+        raise ValueError(f"the config lacks {', '.join(missing)}")
+    heads, hidden = hf_config["num_attention_heads"], hf_config["hidden_size"]
+    kv_heads = hf_config.get("num_key_value_heads") or heads
+    head_dim = hf_config.get("head_dim") or hidden // heads
+    intermediate = hf_config["intermediate_size"]
+    valid = valid_tp_sizes(heads, kv_heads, intermediate)
+    if tp_size not in valid:
+        raise ValueError(f"tp_size={tp_size} does not fit this model; valid tp sizes: {', '.join(map(str, valid))}")
+    q_local, kv_local = heads // tp_size, max(1, kv_heads // tp_size)
     return {
-        "local_q_heads": q_heads,
-        "local_kv_heads": kv_heads,
-        "qkv_out": (q_heads + 2 * kv_heads) * config.head_dim,
-        "o_proj_in": q_heads * config.head_dim,
-        "gate_up_out": 2 * intermediate,
-        "down_in": intermediate,
-        "vocab_shard": vocab_shard_size(config.vocab_size, tp_size),
-        # the engine's cache-size formula, counted in 1-byte elements, times the element size
-        "kv_bytes_per_token": KVCachePool.bytes_per_token(config.num_layers, kv_heads, config.head_dim, torch.uint8)
-        * dtype_bytes,
+        "local_q_heads": q_local,
+        "local_kv_heads": kv_local,
+        "qkv_out": (q_local + 2 * kv_local) * head_dim,
+        "o_proj_in": q_local * head_dim,
+        "gate_up_out": 2 * intermediate // tp_size,
+        "down_in": intermediate // tp_size,
+        "vocab_shard": -(-hf_config["vocab_size"] // tp_size),
+        "kv_bytes_per_token": 2 * hf_config["num_hidden_layers"] * kv_local * head_dim * dtype_bytes,  # K and V
     }

@@ -14,7 +14,13 @@ def all_reduce_bytes_per_token(hf_config: dict[str, Any], dtype_bytes: int = 2) 
     return hf_config["hidden_size"] * dtype_bytes  # one hidden vector
 
 
+def _check_tp(tp_size: int) -> None:
+    if tp_size < 1:
+        raise ValueError(f"tp_size must be at least 1, got {tp_size}")
+
+
 def ring_factor(tp_size: int) -> float:
+    _check_tp(tp_size)
     return 2 * (tp_size - 1) / tp_size  # reduce-scatter + all-gather, (t - 1) / t each
 
 
@@ -24,4 +30,5 @@ def sent_bytes_per_rank_per_token(hf_config: dict[str, Any], tp_size: int, dtype
 
 
 def logits_gather_bytes_per_rank(hf_config: dict[str, Any], tp_size: int, dtype_bytes: int = 2) -> float:
+    _check_tp(tp_size)
     return hf_config["vocab_size"] * dtype_bytes * (tp_size - 1) / tp_size  # the shards it lacks

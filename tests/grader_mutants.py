@@ -1,6 +1,9 @@
 """Mutants of solutions/ for the grader's self-test (tests/test_grader.py): each is a copy of the
-reference answers with one common mistake, made by replacing exact snippets of one solution file,
-and names the graded test that must catch it."""
+reference answers with one realistic mistake, made by replacing exact snippets of one solution
+file, and names the graded test that must catch it. Together they cover every clause of every
+task's contract (values, dtypes, untouched inputs, fresh storage, the taught collective on the
+given group, documented errors, timing from the start, the engine's own code off limits).
+Instructor material: a student release leaves this file out."""
 
 from __future__ import annotations
 
@@ -9,141 +12,297 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Mutant:
-    name: str
+    name: str  # unique, and no name is part of another (the self-test selects tests by it)
     file: str  # under solutions/
     patches: tuple[tuple[str, str], ...]  # (snippet that occurs once, replacement)
     caught_by: str  # a graded test function that must fail on this mutant
     mistake: str
+    graded_on: str = ""  # the chapter it is graded on, if not its file's (the capstone: "15")
+    world_size: int = 2  # the one clause a group of 2 cannot show needs 4
 
     @property
     def chapter(self) -> str:
-        return self.file[2:4]
+        return self.graded_on or self.file[2:4]
 
 
+CH00, CH01, CH02 = "ch00_getting_started.py", "ch01_tp_first_principles.py", "ch02_launch.py"
+CH03, CH04 = "ch03_communication_init.py", "ch04_weight_sharding.py"
+CH05, CH06 = "ch05_vocab_parallelism.py", "ch06_rank0_broadcast.py"
+CH07, CH09 = "ch07_tp_decoder_layer.py", "ch09_communication_volume.py"
 F = "torch.nn.functional"
-ROW_RETURN = "    return layer.forward(x_local)  # [tokens, out], all-reduced"
-EMBED_RETURN = "    return embedding.forward(input_ids)  # [tokens, hidden], all-reduced"
-HEAD_RETURN = "    return lm_head.forward(hidden_states)  # [n, vocab_size], gathered and trimmed"
-CH05_IMPORT = ("from minisgl.layers import ParallelLMHead, VocabParallelEmbedding",
-               "from minisgl.layers import ParallelLMHead, VocabParallelEmbedding\n"
-               "from minisgl.distributed import all_gather, all_reduce")
-WAIT = "        wait_for_acks(dict(enumerate(processes)), acks, timeout_s)  # the ranks ack with their rank as key"
-CH06_COUNT = "    count = broadcast_count(len(pulled), io.cpu_group)  # gloo, from rank 0: every rank, every step"
-# The reference delegates to the engine's minisgl.models.weight.shard_and_merge; these mutants
-# replace that call with a hand-written loop carrying one mistake.
-DELEGATE = "    return weight.shard_and_merge(tensors, config, rank, tp_size)\n"
-SHARD_LINE = "        local = shard_tensor(name, full, rank, tp_size, config)\n"
-PLAIN_YIELD = "            yield name, local\n"
-FUSED_YIELD = "            yield fused, torch.cat([parts[i] for i in range(len(parts))], dim=0)\n"
-MERGE_LOOP = (
-    "    merge_buffer = {}\n"
-    "    for name, full in tensors:\n"
-    "        if \"rotary_emb\" in name or (config.tie_word_embeddings and name.startswith(\"lm_head.\")):\n"
-    "            continue\n"
-    + SHARD_LINE
-    + "        merge = weight.merged_name(name)\n"
-    "        if merge is None:\n"
-    + PLAIN_YIELD
-    + "            continue\n"
-    "        fused, slot = merge\n"
-    "        parts = merge_buffer.setdefault(fused, {})\n"
-    "        parts[slot] = local\n"
-    "        if len(parts) == weight.MERGE_SIZES[fused.split(\".\")[-2]]:\n"
-    "            del merge_buffer[fused]\n"
-    + FUSED_YIELD
-)
+DIST = "torch.distributed"
+
+RANK_SUM = "    return int(all_reduce(mine).item())"
+COLUMN_RETURN = ("    return F.linear(x, weight_shard, bias_shard)"
+                 "  # [tokens, out / tp]: whole dot products, no communication")
+COLUMN_CHECK = '    _check_shapes(x, weight_shard, bias_shard, "column_parallel_forward")\n'
+ROW_SUM = ("    output = all_reduce(partial)\n"
+           "    return output if bias is None else output + bias  # once, after the sum")
+ROW_IMPORT = ("from minisgl.distributed import all_reduce",
+              "import torch.distributed as dist\n\nfrom minisgl.distributed import all_reduce")
+DEAD_CHECK = ("            if dead:\n                raise RuntimeError(f\"rank {dead[0]} exited with code "
+              "{processes[dead[0]].exitcode} before it acked\")\n")
+BROADCAST_ID = "dist.broadcast(id_bytes, src=dist.get_global_rank(cpu_group, 0), group=cpu_group)"
+KV_RETURN = "        return rank // (tp_size // num_kv_heads), 1"
+COLUMN_SHARD = "        return tensor[rank * size:(rank + 1) * size].clone()"
+SHARD_LOCAL = ("        local = shard_tensor(name, full, rank, tp_size, config)\n"
+               "        del full  # only the shard stays alive\n")
+FUSED_YIELD = ("            yield fused, torch.cat([group[i] for i in range(parts)], dim=0)"
+               "  # slot order, not arrival order")
+ARRIVAL_YIELD = "            yield fused, torch.cat(list(group.values()), dim=0)"
+HEAD_ORDER = ("    logits = gathered.view(tp, n, shard_size).transpose(0, 1).reshape(n, tp * shard_size)"
+              "  # shards side by side")
+EMBED_MASK = "    mine = (input_ids >= start) & (input_ids < start + shard_size)  # [tokens]"
+EMBED_IDS = "    local_ids = torch.where(mine, input_ids - start, 0)  # foreign ids read row 0, then get zeroed"
+SHARD_CHECK_EMBED = '    shard_size = _shard_size(weight_shard, vocab_size, "vocab_parallel_embedding")'
+HEAD_GATHER = "    gathered = all_gather(local)  # [tp * n, shard_size], rank-major"
+HEAD_TRIM = "    return logits[:, :vocab_size]  # drop the padding columns"
+COUNT_BROADCAST = "    count = broadcast_count(len(pulled), io.cpu_group)  # every rank, every step, even when it is 0"
+
+
+LAST_OF_GROUP = "dist.get_global_rank(io.cpu_group, dist.get_world_size(io.cpu_group) - 1)"
+
+
+def hand_count(src: str) -> str:
+    """The count broadcast written with torch.distributed, from global rank `src`."""
+    return ("    import torch\n    import torch.distributed as dist\n"
+            "    counts = torch.tensor([len(pulled)], dtype=torch.int64)\n"
+            f"    dist.broadcast(counts, src={src}, group=io.cpu_group)\n"
+            "    count = int(counts.item())")
+MLP_GATE_UP = "    gate_up = torch.cat([gate[rows], up[rows]])  # [2 * intermediate / tp, hidden]: shard, then fuse"
+MLP_CHECK = ('    if intermediate % tp.size != 0:\n        raise ValueError(f"tp_size={tp.size} does not divide '
+             'intermediate_size={intermediate}")\n')
 
 MUTANTS = [
-    Mutant("rank-sum-no-all-reduce", "ch00_getting_started.py",
-           (("return int(all_reduce(mine).item())", "return int(mine.item())"),),
+    # ---- chapter 00 -------------------------------------------------------------------------
+    Mutant("rank-sum-no-all-reduce", CH00, ((RANK_SUM, "    return int(mine.item())"),),
            "test_rank_sum", "returns its own rank instead of the sum"),
-    Mutant("column-split-wrong-dim", "ch01_tp_first_principles.py",
-           (("weight.chunk(tp.size, dim=0)[tp.rank]  # [out / tp, in]", "weight.chunk(tp.size, dim=1)[tp.rank]"),),
-           "test_column_forward", "column-parallel weight split on dim 1"),
-    Mutant("row-no-all-reduce", "ch01_tp_first_principles.py",
-           ((ROW_RETURN, f"    return {F}.linear(x_local, layer.weight, layer.bias)"),),
+    Mutant("rank-sum-tensor", CH00, ((RANK_SUM, "    return all_reduce(mine)"),),
+           "test_rank_sum", "returns the tensor, not an int"),
+    Mutant("rank-sum-bypasses-seam", CH00,
+           ((RANK_SUM, f"    import {DIST}\n    {DIST}.all_reduce(mine)\n    return int(mine.item())"),),
+           "test_rank_sum", "calls torch.distributed.all_reduce directly: the seam never sees it"),
+    # ---- chapter 01 -------------------------------------------------------------------------
+    Mutant("column-bias-dropped", CH01, ((COLUMN_RETURN, "    return F.linear(x, weight_shard)"),),
+           "test_column_forward", "forgets the bias"),
+    Mutant("column-fp32-out", CH01, ((COLUMN_RETURN, "    return F.linear(x.float(), weight_shard.float(), "
+                                      "None if bias_shard is None else bias_shard.float())"),),
+           "test_column_forward", "computes (and returns) fp32 whatever the input dtype"),
+    Mutant("column-all-reduced", CH01,
+           (("import torch.nn.functional as F\n",
+             "import torch.nn.functional as F\n\nfrom minisgl.distributed import all_reduce as _sum\n"),
+            (COLUMN_RETURN, "    return _sum(F.linear(x, weight_shard, bias_shard))")),
+           "test_column_forward", "adds the column slices over the ranks, as if it were row parallel"),
+    Mutant("column-no-shape-check", CH01, ((COLUMN_CHECK, ""),),
+           "test_column_forward_rejects_mismatched_shapes", "lets F.linear fail with a RuntimeError"),
+    Mutant("row-no-all-reduce", CH01, ((ROW_SUM, "    return partial if bias is None else partial + bias"),),
            "test_row_forward", "row-parallel forward without the all-reduce"),
-    Mutant("row-bias-before-all-reduce", "ch01_tp_first_principles.py",
-           (("from minisgl.distributed import get_tp_info", "from minisgl.distributed import all_reduce, get_tp_info"),
-            (ROW_RETURN, f"    return all_reduce({F}.linear(x_local, layer.weight, layer.bias))")),
+    Mutant("row-bias-before-sum", CH01,
+           ((ROW_SUM, "    return all_reduce(partial if bias is None else partial + bias)"),),
            "test_row_forward", "bias added on every rank before the all-reduce"),
-    Mutant("acks-not-awaited", "ch02_launch.py", ((WAIT, "        pass"),),
+    Mutant("row-bias-in-place", CH01,
+           (("from minisgl.distributed import all_reduce", "from minisgl.distributed import all_reduce, get_tp_info"),
+            (ROW_SUM, "    if bias is not None:\n"
+                      "        partial = partial + bias.div_(get_tp_info().size)  # a share each\n"
+                      "    return all_reduce(partial)")),
+           "test_row_forward", "adds bias / tp on every rank, dividing the caller's bias in place"),
+    Mutant("row-direct-all-reduce", CH01,
+           (ROW_IMPORT,
+            (ROW_SUM, "    dist.all_reduce(partial)\n    return partial if bias is None else partial + bias")),
+           "test_row_forward", "calls torch.distributed.all_reduce directly, around the seam"),
+    Mutant("row-engine-layer", CH01,
+           (("from minisgl.distributed import all_reduce", "from minisgl.distributed import all_reduce, get_tp_info"),
+            (ROW_SUM, "    from minisgl.layers import RowParallelLinear\n"
+                      "    with torch.device('meta'):\n"
+                      "        layer = RowParallelLinear(weight_shard.shape[1] * get_tp_info().size,\n"
+                      "                                  weight_shard.shape[0], bias is not None)\n"
+                      "    layer.weight, layer.bias = weight_shard, bias\n    return layer.forward(x_local)"),),
+           "test_row_forward", "delegates to the engine's RowParallelLinear"),
+    # ---- chapter 02 -------------------------------------------------------------------------
+    Mutant("acks-not-awaited", CH02, (("        _wait_for_acks(processes, acks, deadline, timeout_s)\n", ""),),
            "test_waits_for_every_ack", "returns without waiting for the acks"),
-    Mutant("acks-wrong-count", "ch02_launch.py",
-           ((WAIT, "        for _ in range(world_size - 1):\n            acks.get(timeout=timeout_s)"),),
+    Mutant("acks-one-short", CH02,
+           (("    while len(ready) < len(processes):", "    while len(ready) < len(processes) - 1:"),),
            "test_waits_for_every_ack", "waits for world_size - 1 acks"),
-    Mutant("no-cleanup-on-failure", "ch02_launch.py",
-           (("        stop_processes(processes)  # terminate every rank (then kill): no orphans", "        pass"),),
-           "test_timeout_names_missing_rank", "raises but leaves the other ranks running"),
-    Mutant("unique-id-wrong-root", "ch03_communication_init.py",
-           (("src=dist.get_global_rank(cpu_group, 0)", "src=dist.get_global_rank(cpu_group, dist.get_world_size(cpu_group) - 1)"),),
-           "test_unique_id_broadcast", "broadcasts the id from the last rank"),
-    Mutant("unique-id-made-everywhere", "ch03_communication_init.py",
-           (("    if dist.get_rank(cpu_group) == 0:", "    if True:  # every rank asks NCCL"),),
+    Mutant("launch-forks", CH02, (('    ctx = mp.get_context("spawn")', '    ctx = mp.get_context("fork")'),),
+           "test_waits_for_every_ack", "forks the ranks (they inherit the launcher's torch, CUDA and ZMQ state)"),
+    Mutant("no-cleanup-on-failure", CH02, (("        _stop(processes)\n", ""),),
+           "test_error_ack_is_reported", "raises but leaves the other ranks running"),
+    Mutant("timeout-per-ack", CH02,
+           (("        ready.add(rank)", "        ready.add(rank)\n        deadline = time.monotonic() + timeout_s"),),
+           "test_timeout_counts_from_the_start", "restarts the timeout at every ack"),
+    Mutant("dead-rank-ignored", CH02, ((DEAD_CHECK, ""),),
+           "test_dead_rank_is_noticed", "notices a dead rank only at the deadline"),
+    Mutant("error-detail-dropped", CH02,
+           (('            raise RuntimeError(f"rank {rank} failed to start: {detail}")',
+             '            raise RuntimeError(f"rank {rank} failed to start")'),),
+           "test_error_ack_is_reported", "reports a failed rank without its own detail"),
+    Mutant("launch-args-unchecked", CH02, (("    if world_size < 1 or timeout_s <= 0:", "    if False:"),),
+           "test_rejects_bad_arguments", "starts nothing for world_size 0 and returns, instead of ValueError"),
+    # ---- chapter 03 -------------------------------------------------------------------------
+    Mutant("unique-id-wrong-root", CH03,
+           ((BROADCAST_ID, "last = dist.get_world_size(cpu_group) - 1\n"
+                           "    dist.broadcast(id_bytes, src=dist.get_global_rank(cpu_group, last), "
+                           "group=cpu_group)"),),
+           "test_unique_id_broadcast", "broadcasts the id from the group's last rank"),
+    Mutant("unique-id-made-everywhere", CH03, (("    if dist.get_rank(cpu_group) == 0:", "    if True:"),),
            "test_unique_id_broadcast", "every rank calls ncclGetUniqueId"),
-    Mutant("kv-heads-round-robin", "ch04_weight_sharding.py",
-           (("    return kv_head_offset(rank, num_kv_heads, tp_size), local_kv_heads(num_kv_heads, tp_size)",
-             "    first = rank % num_kv_heads if num_kv_heads < tp_size else kv_head_offset(rank, num_kv_heads, tp_size)\n"
-             "    return first, local_kv_heads(num_kv_heads, tp_size)"),),
+    Mutant("unique-id-global-root", CH03, ((BROADCAST_ID, "dist.broadcast(id_bytes, src=0, group=cpu_group)"),),
+           "test_unique_id_broadcast", "takes src=0, global rank 0, which the group may not contain"),
+    Mutant("unique-id-default-group", CH03,
+           ((BROADCAST_ID, "dist.broadcast(id_bytes, src=dist.get_global_rank(cpu_group, 0))"),),
+           "test_unique_id_broadcast", "broadcasts on the default group instead of the one given"),
+    Mutant("unique-id-global-rank-test", CH03,
+           (("    if dist.get_rank(cpu_group) == 0:", "    if dist.get_rank() == 0:"),),
+           "test_unique_id_broadcast", "asks whether it is global rank 0, not the group's rank 0"),
+    # ---- chapter 04 -------------------------------------------------------------------------
+    Mutant("kv-heads-round-robin", CH04, ((KV_RETURN, "        return rank % num_kv_heads, 1"),),
            "test_shard_qkv", "replicated KV heads dealt round-robin to the wrong ranks"),
-    Mutant("row-weight-split-dim-0", "ch04_weight_sharding.py",
-           (("    return weight.shard_tensor(name, tensor, rank, tp_size, config)",
-             "    if name.endswith((\"o_proj.weight\", \"down_proj.weight\")):\n"
-             "        return tensor.chunk(tp_size, dim=0)[rank].clone()\n"
-             "    return weight.shard_tensor(name, tensor, rank, tp_size, config)"),),
+    Mutant("kv-heads-never-refused", CH04,
+           (('    raise ValueError(f"tp_size={tp_size} neither divides',
+             '    return 0, 1\n    raise ValueError(f"tp_size={tp_size} neither divides'),),
+           "test_kv_heads_of_rank", "hands out KV head 0 when tp does not fit the KV heads"),
+    Mutant("qkv-heads-unchecked", CH04,
+           (('    local_heads = _split(num_heads, tp_size, "num_attention_heads")',
+             "    local_heads = num_heads // tp_size"),),
+           "test_shard_qkv_rejects_what_does_not_split", "shards 8 heads 3 ways without a word"),
+    Mutant("row-weight-split-dim-0", CH04,
+           (('        size = _split(tensor.shape[1], tp_size, f"dim 1 of {name}")\n'
+             "        return tensor[:, rank * size:(rank + 1) * size].clone()",
+             '        size = _split(tensor.shape[0], tp_size, f"dim 0 of {name}")\n'
+             "        return tensor[rank * size:(rank + 1) * size].clone()"),),
            "test_shard_rules", "row-parallel weights split on the output dim"),
-    Mutant("merge-before-shard", "ch04_weight_sharding.py",
-           ((DELEGATE, MERGE_LOOP.replace(SHARD_LINE, "        local = full\n").replace(
-               FUSED_YIELD, "            yield fused, torch.cat([parts[i] for i in range(len(parts))], dim=0)"
-                            ".chunk(tp_size, dim=0)[rank].clone()\n").replace(
-               PLAIN_YIELD, "            yield name, shard_tensor(name, full, rank, tp_size, config)\n")),),
+    Mutant("column-shard-is-a-view", CH04, ((COLUMN_SHARD, "        return tensor[rank * size:(rank + 1) * size]"),),
+           "test_shard_rules", "returns a view, which keeps the full tensor alive"),
+    Mutant("shard-by-chunk", CH04,
+           (('        size = _split(tensor.shape[0], tp_size, f"dim 0 of {name}")\n' + COLUMN_SHARD,
+             "        return tensor.chunk(tp_size, dim=0)[rank].clone()"),),
+           "test_shard_rules_reject_uneven_splits", "chunk() cuts 12 rows 5 ways into uneven shards silently"),
+    Mutant("vocab-not-padded", CH04,
+           (("        shard = torch.zeros(shard_size, *tensor.shape[1:], dtype=tensor.dtype, device=tensor.device)\n"
+             "        shard[:rows.shape[0]] = rows\n        return shard", "        return rows.clone()"),),
+           "test_shard_rules", "leaves the last vocab shard short instead of padding it"),
+    Mutant("vocab-pad-fp32", CH04,
+           (("torch.zeros(shard_size, *tensor.shape[1:], dtype=tensor.dtype, device=tensor.device)",
+             "torch.zeros(shard_size, *tensor.shape[1:])"),),
+           "test_shard_rules", "pads into a float32 tensor: bf16 checkpoints come back as fp32"),
+    Mutant("qkv-merge-before-shard", CH04,
+           ((SHARD_LOCAL, "        local = full\n"),
+            (FUSED_YIELD, "            whole = torch.cat([group[i] for i in range(parts)], dim=0)\n"
+                          "            yield fused, whole.chunk(tp_size, dim=0)[rank].clone()")),
            "test_shard_and_merge", "fuses the full q/k/v first, then splits the fused tensor evenly"),
-    Mutant("merge-in-arrival-order", "ch04_weight_sharding.py",
-           ((DELEGATE, MERGE_LOOP.replace(
-               FUSED_YIELD, "            yield fused, torch.cat(list(parts.values()), dim=0)\n")),),
+    Mutant("merge-in-arrival-order", CH04, ((FUSED_YIELD, ARRIVAL_YIELD),),
            "test_shard_and_merge", "concatenates the parts in the order they arrive"),
-    Mutant("vocab-mask-off-by-one", "ch05_vocab_parallelism.py",
-           (CH05_IMPORT,
-            (EMBED_RETURN,
-             "    mine = (input_ids > embedding.vocab_start) & (input_ids < embedding.vocab_end)\n"
-             "    local_ids = torch.where(mine, input_ids - embedding.vocab_start, 0)\n"
-             f"    return all_reduce({F}.embedding(local_ids, weight_shard) * mine.unsqueeze(-1))")),
+    Mutant("merge-keeps-full-tensors", CH04,
+           ((SHARD_LOCAL, "        local = full  # kept whole until its group is complete\n"),
+            ("            yield name, local\n",
+             "            yield name, shard_tensor(name, local, rank, tp_size, config)\n"),
+            ("        group[slot] = local\n", "        group[slot] = (name, local)\n"),
+            (FUSED_YIELD, "            yield fused, torch.cat([shard_tensor(*group[i], rank, tp_size, config) "
+                          "for i in range(parts)], dim=0)")),
+           "test_shard_and_merge", "buffers the full q/k/v and gate/up tensors and shards them at the end: right "
+           "values, several full tensors alive at once"),
+    Mutant("merge-reads-ahead", CH04,
+           (("    for name, full in tensors:", "    for name, full in list(tensors):"),),
+           "test_shard_and_merge", "reads the whole checkpoint before yielding anything"),
+    Mutant("merge-silent-when-incomplete", CH04, (("    if waiting:\n", "    if False:\n"),),
+           "test_shard_and_merge_names_missing_parts", "ends quietly with fused tensors missing parts"),
+    Mutant("merge-keeps-tied-head", CH04,
+           (('        if "rotary_emb" in name or (config.tie_word_embeddings and name.startswith("lm_head.")):',
+             '        if "rotary_emb" in name:'),),
+           "test_shard_and_merge", "loads lm_head although the model ties it to the embedding"),
+    # ---- chapter 05 -------------------------------------------------------------------------
+    Mutant("vocab-mask-off-by-one", CH05,
+           ((EMBED_MASK, "    mine = (input_ids > start) & (input_ids < start + shard_size)"),),
            "test_vocab_embedding", "a shard's first id is treated as foreign (> instead of >=)"),
-    Mutant("lm-head-padding-kept", "ch05_vocab_parallelism.py",
-           (CH05_IMPORT,
-            (HEAD_RETURN,
-             f"    local = {F}.linear(hidden_states, weight_shard)  # [n, shard]\n"
-             "    n = hidden_states.shape[0]\n"
-             "    return all_gather(local).view(-1, n, local.shape[1]).transpose(0, 1).reshape(n, -1)")),
+    Mutant("vocab-ids-in-place", CH05,
+           ((EMBED_IDS, "    local_ids = input_ids.sub_(start).clamp_(0, shard_size - 1)"),),
+           "test_vocab_embedding", "shifts the caller's input_ids in place"),
+    Mutant("vocab-engine-layer", CH05,
+           (("    return all_reduce(rows)  # exactly one rank contributed each row",
+             "    from minisgl.layers import VocabParallelEmbedding\n"
+             "    layer = VocabParallelEmbedding.__new__(VocabParallelEmbedding)\n"
+             "    layer.vocab_size, layer.shard_size, layer.weight = vocab_size, shard_size, weight_shard\n"
+             "    layer.vocab_start, layer.vocab_end = start, min(start + shard_size, vocab_size)\n"
+             "    return layer.forward(input_ids)"),),
+           "test_vocab_embedding", "delegates to the engine's VocabParallelEmbedding"),
+    Mutant("vocab-shard-unchecked", CH05,
+           ((SHARD_CHECK_EMBED, "    shard_size = weight_shard.shape[0]"),),
+           "test_vocab_embedding_rejects_a_wrong_shard", "trusts the shard's size"),
+    Mutant("lm-head-padding-kept", CH05, ((HEAD_TRIM, "    return logits"),),
            "test_lm_head", "the padding columns are not trimmed"),
-    Mutant("lm-head-rank-major", "ch05_vocab_parallelism.py",
-           (CH05_IMPORT,
-            (HEAD_RETURN,
-             f"    local = {F}.linear(hidden_states, weight_shard)  # [n, shard]\n"
-             "    return all_gather(local).reshape(hidden_states.shape[0], -1)[:, :vocab_size]")),
+    Mutant("lm-head-rank-major", CH05, ((HEAD_ORDER, "    logits = gathered.reshape(n, tp * shard_size)"),),
            "test_lm_head", "the gathered [tp * n, shard] blocks are reshaped without reordering"),
-    Mutant("count-from-wrong-rank", "ch06_rank0_broadcast.py",
-           ((CH06_COUNT,
-             "    import torch\n    import torch.distributed as dist\n"
-             "    counts = torch.tensor([len(pulled)], dtype=torch.int64)\n"
-             "    dist.broadcast(counts, src=io.tp_info.size - 1, group=io.cpu_group)\n"
-             "    count = int(counts.item())"),),
+    Mutant("lm-head-by-all-reduce", CH05,
+           ((HEAD_GATHER, "    rank = get_tp_info().rank\n"
+                          "    spread = local.new_zeros(tp, n, shard_size)\n    spread[rank] = local\n"
+                          "    gathered = all_reduce(spread).reshape(tp * n, shard_size)  # summed into place"),),
+           "test_lm_head", "assembles the logits with an all-reduce of zero-padded blocks instead of one all-gather"),
+    Mutant("lm-head-fp32-out", CH05, ((HEAD_TRIM, "    return logits[:, :vocab_size].float()"),),
+           "test_lm_head", "returns fp32 logits for bf16 inputs"),
+    # ---- chapter 06 -------------------------------------------------------------------------
+    Mutant("count-from-last-rank", CH06,
+           ((COUNT_BROADCAST, hand_count(LAST_OF_GROUP)),),
            "test_receive_step", "broadcasts the count from the last rank"),
-    Mutant("empty-step-skipped", "ch06_rank0_broadcast.py",
-           ((CH06_COUNT,
-             "    count = broadcast_count(len(pulled), io.cpu_group) if pulled or not io.tp_info.is_primary else 0"),),
-           "test_receive_step", "rank 0 skips the count when it has nothing (the others hang)"),
-    Mutant("mlp-merge-before-shard", "ch07_tp_decoder_layer.py",
-           (("torch.cat([gate.chunk(tp.size, dim=0)[tp.rank], up.chunk(tp.size, dim=0)[tp.rank]])",
-             "torch.cat([gate, up]).chunk(tp.size, dim=0)[tp.rank]"),),
+    Mutant("empty-step-skipped", CH06,
+           ((COUNT_BROADCAST, "    skip = io.tp_info.is_primary and not pulled\n"
+                              "    count = 0 if skip else broadcast_count(len(pulled), io.cpu_group)"),),
+           "test_receive_step", "rank 0 skips the count when it has nothing (the others wait in a broadcast it "
+           "never joins)"),
+    Mutant("count-on-default-group", CH06,
+           ((COUNT_BROADCAST, "    import torch.distributed as dist\n"
+                              "    count = broadcast_count(len(pulled), dist.group.WORLD)"),),
+           "test_receive_step", "broadcasts on the default group, not io.cpu_group"),
+    Mutant("count-src-zero", CH06, ((COUNT_BROADCAST, hand_count("0")),),
+           "test_receive_step", "takes global rank 0 as the group's rank 0", world_size=4),
+    Mutant("tp1-broadcasts", CH06,
+           (("    if io.tp_info.size == 1:\n        return list(pulled)  # no peers: nothing to broadcast\n", ""),),
+           "test_receive_step", "broadcasts and publishes at tp = 1, where there is no one to tell (and no publisher)"),
+    # ---- chapter 07 -------------------------------------------------------------------------
+    Mutant("mlp-merge-before-shard", CH07,
+           ((MLP_GATE_UP, "    gate_up = torch.cat([gate, up])[2 * tp.rank * size:2 * (tp.rank + 1) * size]"),),
            "test_tp_mlp", "gate_up fused before sharding"),
-    Mutant("kv-heads-not-replicated", "ch07_tp_decoder_layer.py",
-           (("kv_heads = local_kv_heads(config.num_kv_heads, tp_size)", "kv_heads = config.num_kv_heads // tp_size"),),
+    Mutant("mlp-uneven-unchecked", CH07, ((MLP_CHECK, ""),),
+           "test_tp_mlp_rejects_an_intermediate_size_tp_does_not_divide",
+           "splits 10 intermediate rows 4 ways silently"),
+    Mutant("kv-heads-not-replicated", CH07,
+           (("    q_local, kv_local = heads // tp_size, max(1, kv_heads // tp_size)",
+             "    q_local, kv_local = heads // tp_size, kv_heads // tp_size"),),
            "test_local_shapes", "num_kv_heads // tp, which is 0 when tp > num_kv_heads"),
-    Mutant("ring-factor-one-pass", "ch09_communication_volume.py",
+    Mutant("head-dim-from-hidden", CH07,
+           (('    head_dim = hf_config.get("head_dim") or hidden // heads', "    head_dim = hidden // heads"),),
+           "test_local_shapes", "derives head_dim from hidden / heads although the config sets it"),
+    Mutant("missing-key-keyerror", CH07,
+           (('    missing = [key for key in REQUIRED if key not in hf_config]', "    missing = []"),),
+           "test_local_shapes_names_a_missing_key", "a missing key surfaces as KeyError"),
+    Mutant("local-shapes-engine-check", CH07,
+           (("    valid = valid_tp_sizes(heads, kv_heads, intermediate)",
+             "    from minisgl.models.config import ModelConfig\n"
+             "    config = ModelConfig.from_dict({'architectures': ['LlamaForCausalLM'], **hf_config})\n"
+             "    valid = config.valid_tp_sizes()"),),
+           "test_local_shapes", "asks the engine's ModelConfig for the valid tp sizes"),
+    # ---- chapter 09 -------------------------------------------------------------------------
+    Mutant("ring-factor-one-pass", CH09,
            (("    return 2 * (tp_size - 1) / tp_size", "    return (tp_size - 1) / tp_size"),),
            "test_ring_factor", "ring factor (t - 1) / t instead of 2 (t - 1) / t"),
-    Mutant("count-forgets-embedding", "ch09_communication_volume.py",
+    Mutant("count-forgets-embedding", CH09,
            (('    return 2 * hf_config["num_hidden_layers"] + 1', '    return 2 * hf_config["num_hidden_layers"]'),),
            "test_all_reduces_per_forward", "2 * layers, forgetting the embedding's all-reduce"),
+    Mutant("ring-factor-tp0", CH09, (("    _check_tp(tp_size)\n    return 2 * (tp_size - 1) / tp_size",
+                                      "    return 2 * (tp_size - 1) / tp_size"),),
+           "test_ring_factor", "tp_size 0 divides by zero instead of raising ValueError"),
+    # ---- the capstone (chapter 15): the same functions inside the engine --------------------
+    Mutant("capstone-head-rank-major", CH05, ((HEAD_ORDER, "    logits = gathered.reshape(n, tp * shard_size)"),),
+           "test_your_tensor_parallelism_serves_a_model", "LM head blocks out of order: wrong tokens at tp > 1",
+           graded_on="15"),
+    Mutant("capstone-merge-arrival", CH04, ((FUSED_YIELD, ARRIVAL_YIELD),),
+           "test_your_tensor_parallelism_serves_a_model", "q/k/v fused in checkpoint order (k, q, v)", graded_on="15"),
+    Mutant("capstone-engine-head", CH05,
+           ((HEAD_TRIM, "    from minisgl.layers import ParallelLMHead\n"
+                        "    head = ParallelLMHead.__new__(ParallelLMHead)\n"
+                        "    head.vocab_size, head.shard_size, head._tied_embedding = vocab_size, shard_size, None\n"
+                        "    head.weight = weight_shard\n"
+                        "    return head.forward(hidden_states)"),),
+           "test_your_tensor_parallelism_serves_a_model", "the engine's own LM head inside the capstone",
+           graded_on="15"),
 ]

@@ -57,8 +57,10 @@ members of each class."""
         self.names: set[str] = set()  # every function, class, attribute anywhere
         self.members: dict[str, set[str]] = defaultdict(set)  # class -> its members (bases included)
         bases: dict[str, list[str]] = {}
-        # the engine, and the helpers the notebooks share (chapters/course.py, chapters/*/workers.py)
-        for path in [*(ROOT / "minisgl").rglob("*.py"), *(ROOT / "chapters").rglob("*.py")]:
+        # the engine, the helpers the notebooks share (chapters/course.py, chapters/*/workers.py), and
+        # the grader, which chapter 00 explains and the capstone plugs into the engine
+        sources = [ROOT / "minisgl", ROOT / "chapters", ROOT / "exercises" / "grader"]
+        for path in [p for source in sources for p in source.rglob("*.py")]:
             tree = ast.parse(path.read_text())
             for node in ast.walk(tree):
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

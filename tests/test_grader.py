@@ -1,10 +1,11 @@
 """Self-test of the course grader (exercises/): the untouched stubs grade as "not attempted" without
-a crash, the reference solutions get full marks, and every mutant of the solutions (grader_mutants.py)
-is caught by the test it names.
+a crash, the reference solutions get full marks, every mutant of the solutions (grader_mutants.py)
+is caught by the test it names, and the grader's own defects stay fixed.
 
-Three `pytest exercises` runs in subprocesses, started together: stubs, solutions, and all mutants in
-one session (`--impl a@ch01,b@ch05,...`: each mutant graded on its own chapter). World size 2 only;
-`make test` grades the solutions at 2 and 4.
+`pytest exercises` runs in subprocesses, started together: stubs, solutions, and the mutants in one
+session per world size (`--impl a@ch01,b@ch05,...`: each mutant graded on its chapter, `-k` keeping
+only the tests a mutant names). World size 2, and 4 for the one clause it takes; `make test`
+grades the solutions at 2 and 4.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pytest
 from grader_mutants import MUTANTS, Mutant
 
 REPO = Path(__file__).resolve().parents[1]
-RUN_TIMEOUT_S = 540
+RUN_TIMEOUT_S = 900
 
 
 def _make_mutant(root: Path, mutant: Mutant) -> Path:
@@ -38,11 +39,11 @@ def _make_mutant(root: Path, mutant: Mutant) -> Path:
     return package.resolve()
 
 
-def _grade(impl: str, work: Path, name: str) -> dict:
+def _grade(impl: str, work: Path, name: str, *args: str) -> dict:
     results = work / f"{name}.json"
     command = [sys.executable, "-m", "pytest", "exercises", "-p", "no:cacheprovider", "-q", "--impl", impl,
                "--world-sizes", "2", "--rank-timeout", "8", "--results", str(results),
-               "--basetemp", str(work / f"tmp-{name}")]
+               "--basetemp", str(work / f"tmp-{name}"), *args]
     start = time.monotonic()
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     return {
@@ -53,19 +54,25 @@ def _grade(impl: str, work: Path, name: str) -> dict:
     }
 
 
+def _mutant_run(mutants: list[Mutant], paths: dict[str, Path], work: Path, world_size: int) -> Future:
+    impls = ",".join(f"{paths[m.name]}@ch{m.chapter}" for m in mutants)
+    keep = " or ".join(f"({m.name} and {m.caught_by})" for m in mutants)
+    return _grade(impls, work, f"mutants-ws{world_size}", "-k", keep, "--world-sizes", str(world_size))
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Future]:
     work = tmp_path_factory.mktemp("grader-selftest")
-    mutants = {m.name: _make_mutant(work / "mutants", m) for m in MUTANTS}
-    all_mutants = ",".join(f"{path}@ch{m.chapter}" for m, path in zip(MUTANTS, mutants.values()))
-    pool = ThreadPoolExecutor(max_workers=3)
+    paths = {m.name: _make_mutant(work / "mutants", m) for m in MUTANTS}
+    pool = ThreadPoolExecutor(max_workers=4)
     futures = {
-        "mutants": pool.submit(_grade, all_mutants, work, "mutants"),
-        "solutions": pool.submit(_grade, "solutions", work, "solutions"),
-        "stubs": pool.submit(_grade, "exercises", work, "stubs"),
+        size: pool.submit(_mutant_run, [m for m in MUTANTS if m.world_size == size], paths, work, size)
+        for size in sorted({m.world_size for m in MUTANTS})
     }
+    futures["solutions"] = pool.submit(_grade, "solutions", work, "solutions")
+    futures["stubs"] = pool.submit(_grade, "exercises", work, "stubs")
     futures["paths"] = Future()
-    futures["paths"].set_result(mutants)
+    futures["paths"].set_result(paths)
     yield futures
     pool.shutdown(wait=True)
 
@@ -73,6 +80,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Future]:
 def _outcomes(run: dict) -> list[dict]:
     assert run["results"] is not None, f"no results.json; exit {run['returncode']}:\n{run['output'][-3000:]}"
     return [test["extra_data"] | {"output": test["output"]} for test in run["results"]["tests"]]
+
+
+def _mutant_outcomes(runs: dict, name: str) -> list[dict]:
+    mutant = next(m for m in MUTANTS if m.name == name)
+    run = runs[mutant.world_size].result()
+    assert "INTERNALERROR" not in run["output"], run["output"][-3000:]
+    path = str(runs["paths"].result()[name])
+    return [o for o in _outcomes(run) if o["impl"] == path]
 
 
 def _stubs_edited() -> bool:
@@ -111,35 +126,93 @@ def test_solutions_pass(runs):
 @pytest.mark.timeout(RUN_TIMEOUT_S + 60)
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
 def test_mutant_is_caught(runs, mutant: Mutant):
-    run = runs["mutants"].result()
-    assert "INTERNALERROR" not in run["output"], run["output"][-3000:]
-    path = str(runs["paths"].result()[mutant.name])
-    mine = [o for o in _outcomes(run) if o["impl"] == path]
+    mine = _mutant_outcomes(runs, mutant.name)
     assert mine, f"no graded test ran mutant {mutant.name}"
     assert not [o for o in mine if o["outcome"] == "not_attempted"], "a mutant must not read as not attempted"
     caught = [o for o in mine if f"::{mutant.caught_by}[" in o["nodeid"] + "[" and o["outcome"] in ("failed", "error")]
     assert caught, f"{mutant.caught_by} did not catch {mutant.name} ({mutant.mistake})"
 
 
+def test_there_are_enough_distinct_mutants():
+    names = [m.name for m in MUTANTS]
+    assert len(names) >= 40
+    assert not [(a, b) for a in names for b in names if a != b and a in b], "a mutant name is part of another"
+
+
 def test_a_wrong_tensor_is_reported_per_rank(runs):
     """The row-parallel mutant's failure says which rank, how far off, and where it starts."""
-    path = str(runs["paths"].result()["row-no-all-reduce"])
-    run = runs["mutants"].result()
-    output = next(o["output"] for o in _outcomes(run) if o["impl"] == path and "test_row_forward" in o["nodeid"])
+    outcomes = _mutant_outcomes(runs, "row-no-all-reduce")
+    output = next(o["output"] for o in outcomes if "test_row_forward[" in o["nodeid"])
     for part in ("rank 0:", "rank 1:", "max abs error", "first bad index"):
         assert part in output, f"{part!r} missing from:\n{output}"
 
 
+def test_a_hang_names_the_rank_that_never_joined(runs):
+    """Rank 0 skips an empty step's broadcast: the report names it, not only the rank left waiting."""
+    output = next(o["output"] for o in _mutant_outcomes(runs, "empty-step-skipped") if o["outcome"] == "failed")
+    stuck = r"rank 1 did not finish .* waits in its collective #\d+ \(torch\.distributed\.broadcast\)"
+    assert re.search(stuck, output), output
+    assert "rank 0 returned after" in output and "never joined" in output, output
+    assert "_receive_job" not in output, "the report leaks the grader's internal job name"
+
+
+def test_the_engine_shortcut_is_named(runs):
+    output = next(o["output"] for o in _mutant_outcomes(runs, "row-engine-layer") if o["outcome"] == "failed")
+    assert "minisgl.layers.linear.RowParallelLinear.forward" in output and "off limits" in output, output
+
+
+def test_the_copy_hint_asks_for_a_copy(runs):
+    output = next(o["output"] for o in _mutant_outcomes(runs, "column-shard-is-a-view") if o["outcome"] == "failed")
+    assert ".clone()" in output and ".contiguous()" not in output, output
+
+
+def test_a_collective_in_the_column_forward_is_graded_not_crashed(runs):
+    output = next(o["output"] for o in _mutant_outcomes(runs, "column-all-reduced") if o["outcome"] == "failed")
+    assert "IndexError" not in output and "ranks wrong" in output, output
+
+
+def test_impl_chapters_add_up_per_spec():
+    """`--impl A@ch07,A@ch09` grades A on both chapters (it once kept only the last)."""
+    command = [sys.executable, "-m", "pytest", "exercises", "--collect-only", "-q", "-p", "no:cacheprovider",
+               "--impl", "solutions@ch07,solutions@ch09"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    files = {line.split("::")[0].removeprefix("exercises/tests/") for line in done.stdout.splitlines() if "::" in line}
+    assert {"test_ch07_tp_decoder_layer.py", "test_ch09_communication_volume.py"} <= files
+    quizzes = {re.search(r"(ch\d\d)-Q\d+", line).group(1) for line in done.stdout.splitlines() if "test_quiz[" in line}
+    assert quizzes == {"ch07", "ch09"}, done.stdout[-2000:]
+    assert files <= {"test_ch07_tp_decoder_layer.py", "test_ch09_communication_volume.py", "test_quizzes.py",
+                     "hidden/test_fresh_shapes.py"}, files
+
+
+def test_selecting_one_question_keeps_its_own_points(tmp_path):
+    """`-k` once gave a single quiz question its whole chapter's points."""
+    results = tmp_path / "results.json"
+    subprocess.run([sys.executable, "-m", "pytest", "exercises", "-q", "-p", "no:cacheprovider", "--impl", "solutions",
+                    "-k", "ch05-Q3", "--results", str(results)], cwd=REPO, capture_output=True, timeout=300)
+    (test,) = json.loads(results.read_text())["tests"]
+    assert test["max_score"] == 1.0 and test["score"] == 1.0
+
+
+def test_every_off_limits_function_exists():
+    """When the engine moves a function, the grader must follow (or a shortcut would go unblocked)."""
+    from exercises.grader.off_limits import OFF_LIMITS, resolve
+
+    for paths in OFF_LIMITS.values():
+        for path in paths:
+            resolve(path)
+
+
 def test_readme_lists_the_grader_points():
     """exercises/README.md's tables say what the grader awards."""
+    from exercises.grader import quiz
     from exercises.grader.chapters import TASK_POINTS
-    from exercises.grader.quiz_keys import QUIZZES
 
     readme = (REPO / "exercises" / "README.md").read_text()
     for task, points in TASK_POINTS.items():
-        row = re.search(rf"\| `{re.escape(task)}` \|[^|]*\| (\d+) \|", readme)
+        row = re.search(rf"^\| `{re.escape(task)}` \|.*\| (\d+) \|$", readme, re.MULTILINE)
         assert row and int(row.group(1)) == points, f"README: {task} should be worth {points}"
-    for chapter, questions in QUIZZES.items():
+    for chapter in quiz.quiz_chapters():
+        questions = quiz.questions(chapter)
         row = re.search(rf"\| `quizzes/ch{chapter}.py`[^|]*\| (\d+) \| (\d+) \|", readme)
         expected = (len(questions), sum(q.points for q in questions))
         assert row and (int(row.group(1)), int(row.group(2))) == expected, f"README: quiz ch{chapter} is {expected}"

@@ -30,8 +30,11 @@ builder = _load_builder()
 chapter_dirs = builder.chapter_dirs()
 
 
-def test_all_eleven_chapters_exist():
-    assert [c.name[:2] for c in chapter_dirs] == [f"{n:02d}" for n in range(11)]
+def test_the_chapters_exist():
+    # 00-10, then the capstone as 15: 11-14 are kept for chapters to come
+    numbers = [c.name[:2] for c in chapter_dirs]
+    assert numbers == sorted(set(numbers))
+    assert {f"{n:02d}" for n in range(11)} | {"15"} <= set(numbers)
 
 
 @pytest.mark.parametrize("chapter", chapter_dirs, ids=lambda c: c.name)

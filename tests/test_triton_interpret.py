@@ -74,3 +74,23 @@ def test_engine_with_triton_backend_and_overlap_matches_torch_backend(tiny_model
         outputs.append(run.generate(prompts, params))
         run.close()
     assert outputs[0] == outputs[1]
+
+
+@pytest.mark.parametrize("layout", ["row-parallel-shard", "transposed"])
+def test_small_batch_linear_takes_a_weight_that_is_not_contiguous(layout: str) -> None:
+    # Chapter 07's reference MLP keeps `down.chunk(tp, dim=1)[rank]`: rows of the shard lie `in`
+    # elements apart, not `in / tp`. The kernel must read it as it is (it once raised instead).
+    from minisgl.kernel.triton.linear import small_batch_linear
+
+    gen = torch.Generator().manual_seed(0)
+    full = torch.randn(24, 40, generator=gen)  # [out, in]
+    weight = full.chunk(2, dim=1)[1] if layout == "row-parallel-shard" else torch.randn(20, 24, generator=gen).t()
+    assert not weight.is_contiguous()
+    x, bias = torch.randn(3, weight.shape[1], generator=gen), torch.randn(weight.shape[0], generator=gen)
+    expected = torch.nn.functional.linear(x.double(), weight.double(), bias.double()).float()
+    # fp32 sums of 20 products: a few ulps of the largest partial sum
+    torch.testing.assert_close(small_batch_linear(x, weight, bias)[0], expected, rtol=1e-5, atol=1e-5)
+    silu_expected = torch.nn.functional.linear(
+        (torch.nn.functional.silu(x[:, :10]) * x[:, 10:]).double(), weight[:, :10].double()).float()
+    torch.testing.assert_close(small_batch_linear(x, weight[:, :10], None, "silu_and_mul")[0], silu_expected,
+                               rtol=1e-5, atol=1e-5)

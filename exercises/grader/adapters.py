@@ -3,7 +3,8 @@
 Tests never import a learner module: they call the typed functions below with an `impl` spec,
 which `--impl` sets to `exercises` (default), `solutions`, a package directory (the grader's
 self-test points it at mutated copies of `solutions/`) or an importable module name. The same spec
-travels to spawned ranks, which resolve it the same way.
+travels to spawned ranks, which resolve it the same way. Every call runs with the engine's own code
+for that task off limits (off_limits.py) and logs the collectives it makes (collectives.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from .collectives import learner_calls
+from .off_limits import off_limits, off_limits_stream
 from .outcomes import ImplementationError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -30,12 +33,16 @@ CH07, CH09 = "ch07_tp_decoder_layer", "ch09_communication_volume"
 def resolve_impl(spec: str) -> str:
     """A canonical spec: the absolute package directory, or a module name to import."""
     if spec in NAMED_IMPLS:
+        if not NAMED_IMPLS[spec].is_dir():
+            raise ImplementationError(f"--impl {spec}: this copy of the course has no {spec}/ folder (a student "
+                                      "release ships without the answers); grade your own work with --impl exercises")
         return str(NAMED_IMPLS[spec])
     path = Path(spec)
     if path.is_dir():
         return str(path.resolve())
     if "/" in spec or spec.startswith("."):
-        raise ImplementationError(f"--impl {spec!r} is not a directory; pass exercises, solutions, a package dir or a module")
+        raise ImplementationError(f"--impl {spec!r} is not a directory; pass exercises, solutions, a package dir "
+                                  "or a module")
     return spec
 
 
@@ -83,76 +90,91 @@ def _task(impl: str, module: str, name: str) -> Callable[..., Any]:
     return fn
 
 
+def _call(task_id: str, impl: str, module: str, name: str, *args: Any) -> Any:
+    """Run the learner's function with the engine's own code for `task_id` off limits, logging the
+    collectives it makes (in a grader rank)."""
+    fn = _task(impl, module, name)
+    with off_limits(task_id), learner_calls():
+        return fn(*args)
+
+
 # ---- chapter 00 --------------------------------------------------------------------------------
 def rank_sum(impl: str, device: Any) -> int:
-    return _task(impl, CH00, "rank_sum")(device)
+    return _call("00-getting-started/rank-sum", impl, CH00, "rank_sum", device)
 
 
 # ---- chapter 01 --------------------------------------------------------------------------------
-def column_parallel_forward(impl: str, x: Any, weight: Any, bias: Any) -> Any:
-    return _task(impl, CH01, "column_parallel_forward")(x, weight, bias)
+def column_parallel_forward(impl: str, x: Any, weight_shard: Any, bias_shard: Any) -> Any:
+    return _call("01-tp-first-principles/column-forward", impl, CH01, "column_parallel_forward", x, weight_shard,
+                 bias_shard)
 
 
-def row_parallel_forward(impl: str, x_local: Any, weight: Any, bias: Any) -> Any:
-    return _task(impl, CH01, "row_parallel_forward")(x_local, weight, bias)
+def row_parallel_forward(impl: str, x_local: Any, weight_shard: Any, bias: Any) -> Any:
+    return _call("01-tp-first-principles/row-forward", impl, CH01, "row_parallel_forward", x_local, weight_shard, bias)
 
 
 # ---- chapter 02 --------------------------------------------------------------------------------
 def start_ranks(impl: str, target: Callable[..., None], world_size: int, timeout_s: float) -> list[Any]:
-    return _task(impl, CH02, "start_ranks")(target, world_size, timeout_s)
+    return _call("02-launch/start-ranks", impl, CH02, "start_ranks", target, world_size, timeout_s)
 
 
 # ---- chapter 03 --------------------------------------------------------------------------------
 def broadcast_unique_id(impl: str, create_id: Callable[[], bytes], cpu_group: Any) -> bytes:
-    return _task(impl, CH03, "broadcast_unique_id")(create_id, cpu_group)
+    return _call("03-communication-init/unique-id", impl, CH03, "broadcast_unique_id", create_id, cpu_group)
 
 
 # ---- chapter 04 --------------------------------------------------------------------------------
 def kv_heads_of_rank(impl: str, rank: int, tp_size: int, num_kv_heads: int) -> tuple[int, int]:
-    return _task(impl, CH04, "kv_heads_of_rank")(rank, tp_size, num_kv_heads)
+    return _call("04-weight-sharding/qkv-gqa", impl, CH04, "kv_heads_of_rank", rank, tp_size, num_kv_heads)
 
 
 def shard_qkv(impl: str, q: Any, k: Any, v: Any, rank: int, tp_size: int,
               num_heads: int, num_kv_heads: int, head_dim: int) -> Any:
-    return _task(impl, CH04, "shard_qkv")(q, k, v, rank, tp_size, num_heads, num_kv_heads, head_dim)
+    return _call("04-weight-sharding/qkv-gqa", impl, CH04, "shard_qkv", q, k, v, rank, tp_size, num_heads,
+                 num_kv_heads, head_dim)
 
 
 def shard_tensor(impl: str, name: str, tensor: Any, rank: int, tp_size: int, config: Any) -> Any:
-    return _task(impl, CH04, "shard_tensor")(name, tensor, rank, tp_size, config)
+    return _call("04-weight-sharding/shard-rules", impl, CH04, "shard_tensor", name, tensor, rank, tp_size, config)
 
 
 def shard_and_merge(impl: str, tensors: Iterable[tuple[str, Any]], rank: int, tp_size: int,
                     config: Any) -> Iterator[tuple[str, Any]]:
-    return _task(impl, CH04, "shard_and_merge")(tensors, rank, tp_size, config)
+    """The learner's stream; the block is on while it computes each item (it is a generator)."""
+    task = "04-weight-sharding/shard-then-merge"
+    stream = _call(task, impl, CH04, "shard_and_merge", tensors, rank, tp_size, config)
+    return off_limits_stream(task, iter(stream))
 
 
 # ---- chapter 05 --------------------------------------------------------------------------------
 def vocab_parallel_embedding(impl: str, input_ids: Any, weight_shard: Any, vocab_size: int) -> Any:
-    return _task(impl, CH05, "vocab_parallel_embedding")(input_ids, weight_shard, vocab_size)
+    return _call("05-vocab-parallelism/vocab-embedding", impl, CH05, "vocab_parallel_embedding", input_ids,
+                 weight_shard, vocab_size)
 
 
 def parallel_lm_head(impl: str, hidden_states: Any, weight_shard: Any, vocab_size: int) -> Any:
-    return _task(impl, CH05, "parallel_lm_head")(hidden_states, weight_shard, vocab_size)
+    return _call("05-vocab-parallelism/lm-head", impl, CH05, "parallel_lm_head", hidden_states, weight_shard,
+                 vocab_size)
 
 
 # ---- chapter 06 --------------------------------------------------------------------------------
 def receive_step(impl: str, io: Any, pulled: list[bytes]) -> list[bytes]:
-    return _task(impl, CH06, "receive_step")(io, pulled)
+    return _call("06-rank0-broadcast/receive-step", impl, CH06, "receive_step", io, pulled)
 
 
 # ---- chapter 07 --------------------------------------------------------------------------------
 def tp_mlp_forward(impl: str, x: Any, gate: Any, up: Any, down: Any) -> Any:
-    return _task(impl, CH07, "tp_mlp_forward")(x, gate, up, down)
+    return _call("07-tp-decoder-layer/tp-mlp", impl, CH07, "tp_mlp_forward", x, gate, up, down)
 
 
 def local_shapes(impl: str, hf_config: dict[str, Any], tp_size: int, dtype_bytes: int) -> dict[str, int]:
-    return _task(impl, CH07, "local_shapes")(hf_config, tp_size, dtype_bytes)
+    return _call("07-tp-decoder-layer/local-shapes", impl, CH07, "local_shapes", hf_config, tp_size, dtype_bytes)
 
 
 # ---- chapter 09 --------------------------------------------------------------------------------
 def comm_volume(impl: str, function: str, *args: Any) -> Any:
     """Call one of chapter 09's calculator functions by name."""
-    return _task(impl, CH09, function)(*args)
+    return _call("09-communication-volume/comm-volume", impl, CH09, function, *args)
 
 
 # ---- quizzes -----------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ CHAPTERS: dict[str, str] = {
     "08": "08-process-structures",
     "09": "09-communication-volume",
     "10": "10-gpu-path",
+    "15": "15-capstone",  # 11-14 are kept for chapters to come (KV memory, scale-out, pipeline, MoE)
 }
 
 
@@ -22,7 +23,8 @@ def chapter_of(task_id: str) -> str:
     slug = task_id.split("/", 1)[0]
     number = slug[:2]
     if CHAPTERS.get(number) != slug:
-        raise ValueError(f"task id {task_id!r} does not start with a chapter slug; known: {', '.join(CHAPTERS.values())}")
+        raise ValueError(f"task id {task_id!r} does not start with a chapter slug; "
+                         f"known: {', '.join(CHAPTERS.values())}")
     return number
 
 
@@ -43,15 +45,16 @@ TASK_POINTS: dict[str, float] = {
     "07-tp-decoder-layer/tp-mlp": 10,
     "07-tp-decoder-layer/local-shapes": 5,
     "09-communication-volume/comm-volume": 10,
+    "15-capstone/serve": 20,
 }
 
 
 def task_points(task_id: str) -> float:
     """The points task `task_id` is worth (a quiz: the sum of its questions' points)."""
     if task_id.endswith("/quiz"):
-        from .quiz_keys import QUIZZES
+        from .quiz import questions
 
-        return float(sum(question.points for question in QUIZZES[chapter_of(task_id)]))
+        return float(sum(question.points for question in questions(chapter_of(task_id))))
     if task_id not in TASK_POINTS:
         raise ValueError(f"task {task_id!r} has no points in exercises/grader/chapters.py TASK_POINTS")
     return float(TASK_POINTS[task_id])

@@ -1,8 +1,12 @@
-"""Comparisons that explain themselves: which rank is wrong, by how much, and where it starts."""
+"""Comparisons that explain themselves: which rank is wrong, by how much, and where it starts;
+tolerances derived from the dtype and the length of the sums; inputs left as they were; results
+that own their memory; the collectives a function made."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -10,26 +14,35 @@ import torch
 from .outcomes import WrongAnswer
 from .ranks import RankResult
 
-# fp32 tolerances for results whose summation order differs from the reference (a sharded matmul
-# adds its partial sums in a different order than one big matmul does).
-RTOL, ATOL = 1e-5, 1e-5
+FP32_EPS = torch.finfo(torch.float32).eps
+SEAM_ALL_REDUCE = ("minisgl.distributed.all_reduce", "tp group")
+SEAM_ALL_GATHER = ("minisgl.distributed.all_gather", "tp group")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def mismatch(actual: Any, expected: torch.Tensor, rtol: float = RTOL, atol: float = ATOL) -> str | None:
-    """None when `actual` matches `expected`; else one line: shape, dtype, or max error + first bad index."""
+def tolerance(dtype: torch.dtype, reduction_len: int, roundings: int) -> float:
+    """Relative error allowed against the largest expected magnitude.
+
+    Matmuls accumulate in fp32 whatever the dtype, and a sum of n terms taken in another order
+    (sharded, all-reduced) differs by about sqrt(n) fp32 ulps; every time a value is stored in
+    `dtype` (a partial sum, the reduced sum, the bias added) it is rounded by up to half an ulp.
+    """
+    return 4 * math.sqrt(reduction_len) * FP32_EPS + roundings * torch.finfo(dtype).eps / 2
+
+
+def mismatch(actual: Any, expected: torch.Tensor, dtype: torch.dtype, tol: float) -> str | None:
+    """None when `actual` is a `dtype` tensor of expected's shape within `tol`; else one line."""
     if not isinstance(actual, torch.Tensor):
         return f"returned {type(actual).__name__}, expected a tensor of shape {tuple(expected.shape)}"
     if actual.shape != expected.shape:
         return f"shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
-    if actual.dtype != expected.dtype:
-        return f"dtype {actual.dtype}, expected {expected.dtype}"
-    actual = actual.detach().cpu()
-    try:
-        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
+    if actual.dtype != dtype:
+        return f"dtype {actual.dtype}, expected {dtype} (results follow the dtype of the inputs)"
+    actual, expected = actual.detach().cpu().double(), expected.double()
+    atol = tol * max(1.0, expected.abs().max().item()) if expected.numel() else 0.0
+    bad = ~torch.isclose(actual, expected, rtol=tol, atol=atol)
+    if not bad.any():
         return None
-    except AssertionError:
-        pass
-    bad = ~torch.isclose(actual, expected, rtol=rtol, atol=atol)
     first = tuple(int(i) for i in bad.nonzero()[0])
     error = (actual - expected).abs()
     worst = tuple(int(i) for i in torch.unravel_index(error.argmax(), error.shape))
@@ -38,26 +51,67 @@ def mismatch(actual: Any, expected: torch.Tensor, rtol: float = RTOL, atol: floa
 
 
 def assert_ranks_close(what: str, actual: Sequence[Any], expected: Sequence[torch.Tensor] | torch.Tensor,
-                       rtol: float = RTOL, atol: float = ATOL) -> None:
+                       dtype: torch.dtype, tol: float) -> None:
     """Compare every rank's tensor with its expected one (or the same one for all); list each bad rank."""
     if isinstance(expected, torch.Tensor):
         expected = [expected] * len(actual)
-    bad = [(rank, msg) for rank, (a, e) in enumerate(zip(actual, expected)) if (msg := mismatch(a, e, rtol, atol))]
+    bad = [(rank, msg) for rank, (a, e) in enumerate(zip(actual, expected)) if (msg := mismatch(a, e, dtype, tol))]
     if bad:
         lines = [f"{what}: {len(bad)} of {len(actual)} ranks wrong"] + [f"  rank {r}: {m}" for r, m in bad]
         raise WrongAnswer("\n".join(lines))
 
 
-def assert_counts(what: str, results: Sequence[RankResult], **expected: int) -> None:
-    """Every rank sent exactly the expected number of each collective through minisgl.distributed."""
+def watch(inputs: dict[str, torch.Tensor | None], call: Callable[[], Any]) -> tuple[Any, list[str]]:
+    """(call's result, names of the `inputs` whose values it changed), from copies taken before."""
+    before = {name: t.detach().cpu().clone() for name, t in inputs.items() if t is not None}
+    result = call()
+    return result, [name for name, copy in before.items() if not torch.equal(copy, inputs[name].detach().cpu())]
+
+
+def assert_unchanged(what: str, per_rank: Sequence[list[str]]) -> None:
+    """`per_rank[r]`: the inputs rank r's call modified (`watch`); none may be."""
+    bad = [f"rank {rank}: {', '.join(names)}" for rank, names in enumerate(per_rank) if names]
+    if bad:
+        raise WrongAnswer(f"{what} modified its inputs ({'; '.join(bad)}); the caller still needs them: compute into "
+                          "new tensors instead of writing into the ones you are given")
+
+
+def shares_memory(result: torch.Tensor, *inputs: torch.Tensor) -> bool:
+    """Does `result` live in the storage of one of `inputs` (a view, or the same tensor)?"""
+    ptr = result.untyped_storage().data_ptr()
+    return any(ptr == t.untyped_storage().data_ptr() for t in inputs)
+
+
+def _summary(calls: Counter) -> str:
+    return ", ".join(f"{api} on {group} x{n}" for (api, group), n in sorted(calls.items())) or "none"
+
+
+def assert_collectives(what: str, results: Sequence[RankResult], expected: dict[tuple[str, str], int]) -> None:
+    """Every rank made exactly the `expected` collectives ((api, group) -> count) and no others.
+
+    api: "minisgl.distributed.all_reduce", "torch.distributed.broadcast", ...; group: the job's
+    name for the group ("side", "half", "cpu", "WORLD"; "tp group" for the minisgl seam)."""
     for rank, result in enumerate(results):
-        for name, count in expected.items():
-            got = result.counts.get(name, 0)
-            if got != count:
-                raise WrongAnswer(
-                    f"{what}: rank {rank} called minisgl.distributed.{name} {got} times, expected {count}"
-                    " (every collective must go through minisgl.distributed, once per forward)"
-                )
+        made = Counter((c.api, c.group) for c in result.collectives)
+        if made != Counter(expected):
+            raise WrongAnswer(f"{what}: rank {rank} made these collectives: {_summary(made)}; expected "
+                              f"{_summary(Counter(expected))} (the chapter's collective, on the group you are given)")
+
+
+def assert_value_error(what: str, call: Callable[[], Any], mentions: str = "") -> None:
+    """`call` (a task given malformed input, described by `what`) must raise ValueError whose message
+    contains `mentions`; a stub's NotImplementedError passes through (not attempted)."""
+    try:
+        call()
+    except ValueError as error:
+        if mentions not in str(error):
+            raise WrongAnswer(f"{what}: the ValueError should mention '{mentions}': {error}") from None
+        return
+    except NotImplementedError:
+        raise
+    except Exception as error:  # noqa: BLE001 - any other error is the wrong one
+        raise WrongAnswer(f"{what}: raised {type(error).__name__} ({error}), expected ValueError") from None
+    raise WrongAnswer(f"{what}: returned normally, expected ValueError")
 
 
 def values(results: Sequence[RankResult]) -> list[Any]:

@@ -19,3 +19,9 @@ TINY_LLAMA = {  # minisgl.testing.tiny_models "llama": KV heads replicated at tp
     "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
     "vocab_size": 1001, "tie_word_embeddings": False,
 }
+
+QWEN3_06B = {  # head_dim 128 is set explicitly: not hidden_size / heads = 64
+    "architectures": ["Qwen3ForCausalLM"], "hidden_size": 1024, "intermediate_size": 3072,
+    "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+    "vocab_size": 151936, "tie_word_embeddings": True,
+}

@@ -2,8 +2,8 @@
 torch.distributed group, reused from test to test, and killed and rebuilt when a job hangs.
 
 A job is a module-level function `job(ctx: RankContext, **kwargs)` that every rank runs at the same
-time; each rank's return value (CPU tensors, plain data) comes back with the collectives that went
-through `minisgl.distributed` while it ran. Backends follow the course rule: gloo on CPU; NCCL when
+time; each rank's return value (CPU tensors, plain data) comes back with the collectives the
+learner's function made (collectives.py). Backends follow the course rule: gloo on CPU; NCCL when
 there is a GPU per rank; gloo on CUDA tensors when several ranks share one GPU.
 """
 
@@ -17,12 +17,15 @@ import queue
 import threading
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
 from minisgl.utils import free_port
 
+from .collectives import NOT_IN_A_COLLECTIVE, Collective, describe
 from .outcomes import NotAttempted, WrongAnswer
 
 START_TIMEOUT_S = 120.0  # spawning and importing torch in every rank, on a busy 2-core machine
@@ -31,18 +34,23 @@ ERROR_GRACE_S = 3.0  # after one rank fails, how long the others get before they
 
 @dataclass(frozen=True)
 class RankContext:
-    """What a job knows about the rank it runs on."""
+    """What a job knows about the rank it runs on, and the process groups it may hand out."""
 
     rank: int
     world_size: int
     device: Any  # torch.device: cpu, or the GPU this rank uses
-    cpu_group: Any  # a gloo ProcessGroup for CPU control messages (the WORLD group under gloo)
+    cpu_group: Any  # a gloo ProcessGroup of all ranks for CPU control messages (WORLD under gloo)
+    side_group: Any  # another gloo group of all ranks: a function given it must not use WORLD
+    half_group: Any  # a gloo group of this rank's half (ranks split in two; a group of one at world size 2)
 
 
 @dataclass(frozen=True)
 class RankResult:
     value: Any
-    counts: dict[str, int]  # collectives through minisgl.distributed: {"all_reduce": n, "all_gather": m}
+    collectives: list[Collective]  # made by the learner's function, in order
+
+    def count(self, api: str) -> int:
+        return sum(c.api == api for c in self.collectives)
 
 
 class RanksFailed(WrongAnswer):
@@ -58,6 +66,19 @@ def choose_backend(world_size: int) -> tuple[str, str]:
     return "cuda", "nccl" if torch.cuda.device_count() >= world_size else "gloo"
 
 
+@contextmanager
+def tp_view(rank: int, size: int) -> Iterator[None]:
+    """Let this process see itself as rank `rank` of `size` (e.g. tp = 1 inside a 2-rank pool)."""
+    from minisgl.distributed import get_tp_info, set_tp_info
+
+    before = get_tp_info()
+    set_tp_info(rank, size)
+    try:
+        yield
+    finally:
+        set_tp_info(before.rank, before.size)
+
+
 class RankPool:
     """`world_size` ranks waiting for jobs; `run` sends one job to all of them."""
 
@@ -68,12 +89,13 @@ class RankPool:
         ctx = mp.get_context("spawn")
         self._jobs = [ctx.Queue() for _ in range(world_size)]  # one inbox per rank
         self._results = ctx.Queue()
+        self._progress = ctx.Array("i", 2 * world_size)  # per rank: collectives entered, the one it is in
         self._next_job = 0
         init_method = f"tcp://127.0.0.1:{free_port()}"
         self._processes = [
             ctx.Process(target=_rank_main, name=f"grader-rank{rank}-of-{world_size}", daemon=True,
                         args=(rank, world_size, init_method, self.device_type, self.backend,
-                              self._jobs[rank], self._results, os.getpid()))
+                              self._jobs[rank], self._results, self._progress, os.getpid()))
             for rank in range(world_size)
         ]
         for process in self._processes:
@@ -93,7 +115,8 @@ class RankPool:
             except queue.Empty:
                 dead = [p.name for p in self._processes if p.exitcode is not None]
                 if dead or time.monotonic() > deadline:
-                    raise RuntimeError(f"grader ranks did not start ({self.backend}): dead {dead}, ready {sorted(ready)}") from None
+                    raise RuntimeError(f"grader ranks did not start ({self.backend}): dead {dead}, "
+                                       f"ready {sorted(ready)}") from None
                 continue
             if status != "ready":
                 raise RuntimeError(f"grader rank {rank} failed to join the group: {status}")
@@ -124,9 +147,10 @@ class RankPool:
                 continue
             if reply_id == job_id:
                 replies[rank] = pickle.loads(data)
+        progress = list(self._progress)  # where the stuck ranks are, before they are killed
         if len(replies) < self.world_size:
             self.close()  # some rank is stuck (or dead): this pool cannot be trusted again
-        return _collect(job.__name__, self.world_size, replies, self.job_timeout_s)
+        return _collect(self.world_size, replies, progress, self.job_timeout_s)
 
     def close(self) -> None:
         for inbox, process in zip(self._jobs, self._processes):
@@ -143,31 +167,49 @@ class RankPool:
                 process.join()
 
 
-def _collect(job_name: str, world_size: int, replies: dict[int, tuple], timeout_s: float) -> list[RankResult]:
+def _collect(world_size: int, replies: dict[int, tuple], progress: list[int], timeout_s: float) -> list[RankResult]:
     errors = {rank: reply[1] for rank, reply in replies.items() if reply[0] == "error"}
     missing = [rank for rank in range(world_size) if rank not in replies]
     if not errors and not missing:
         return [RankResult(replies[rank][1], replies[rank][2]) for rank in range(world_size)]
     if errors and not missing and all(e["not_implemented"] for e in errors.values()):
         raise NotAttempted(f"still raises NotImplementedError (on {len(errors)} of {world_size} ranks)")
-    lines = [f"{job_name}: {len(errors) + len(missing)} of {world_size} ranks failed"]
+    lines = [f"{len(errors) + len(missing)} of {world_size} ranks failed"]
     for rank in sorted(errors):
         lines.append(f"  rank {rank} raised {errors[rank]['message']}")
         lines.extend("    " + line for line in errors[rank]["where"])
-    if missing:
-        why = "waiting in a collective the others never joined?" if errors else f"did not finish within {timeout_s:.0f} s"
-        lines.append(f"  ranks {missing} hung ({why}); the grader killed them")
+    lines.extend(_hang_lines(missing, replies, progress, timeout_s))
     raise RanksFailed("\n".join(lines))
 
 
+def _hang_lines(missing: list[int], replies: dict[int, tuple], progress: list[int], timeout_s: float) -> list[str]:
+    """Who is stuck where, and which ranks never joined the collective a stuck rank waits in."""
+    lines = []
+    for rank in missing:
+        entered, current = progress[2 * rank], progress[2 * rank + 1]
+        if current == NOT_IN_A_COLLECTIVE:
+            where = f"outside any collective, after {entered} collective(s)"
+        else:
+            where = f"in its collective #{entered} ({describe(current)})"
+        lines.append(f"  rank {rank} did not finish within {timeout_s:.0f} s: it waits {where}; the grader killed it")
+    waited = max((progress[2 * r] for r in missing if progress[2 * r + 1] != NOT_IN_A_COLLECTIVE), default=0)
+    for rank in sorted(replies):
+        if progress[2 * rank] < waited:
+            lines.append(f"  rank {rank} returned after {progress[2 * rank]} collective(s): it never joined "
+                         f"collective #{waited}, which the stuck rank(s) wait in")
+    return lines
+
+
 def _rank_main(rank: int, world_size: int, init_method: str, device_type: str, backend: str,
-               jobs: Any, results: Any, parent_pid: int) -> None:
+               jobs: Any, results: Any, progress: Any, parent_pid: int) -> None:
     """Body of one grader rank: join the group, then run jobs until told to stop."""
     threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
     import torch
     import torch.distributed as dist
 
-    from minisgl.distributed import collective_counts, enable_torch_distributed, reset_collective_counts, set_tp_info
+    from minisgl.distributed import enable_torch_distributed, set_tp_info
+
+    from . import collectives
 
     torch.set_num_threads(1)  # ranks share few cores
     try:
@@ -177,25 +219,42 @@ def _rank_main(rank: int, world_size: int, init_method: str, device_type: str, b
             torch.cuda.set_device(device)
         dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
                                 timeout=timedelta(seconds=120))
-        cpu_group = dist.new_group(backend="gloo") if backend == "nccl" else dist.group.WORLD
+        ctx = _make_context(rank, world_size, device, backend)
         set_tp_info(rank, world_size)
         enable_torch_distributed(dist.group.WORLD)
+        recorder = collectives.Recorder(rank, progress, {"WORLD": dist.group.WORLD, "cpu": ctx.cpu_group,
+                                                         "side": ctx.side_group, "half": ctx.half_group})
+        collectives.install(recorder)  # before any learner module is imported
     except Exception as error:  # reported to the parent, which names this rank
         results.put((None, rank, f"{type(error).__name__}: {error}"))
         return
     results.put((None, rank, "ready"))
-    ctx = RankContext(rank, world_size, device, cpu_group)
     while (message := jobs.get()) is not None:
         job_id, module, qualname, payload = message
-        reset_collective_counts()
+        recorder.start_job()
         try:
             job = getattr(importlib.import_module(module), qualname)
             value = job(ctx, **pickle.loads(payload))
-            data = pickle.dumps(("ok", value, collective_counts()))
+            data = pickle.dumps(("ok", value, recorder.log))
         except BaseException as error:
             data = pickle.dumps(("error", _describe(error)))
         results.put((job_id, rank, data))
     dist.destroy_process_group()
+
+
+def _make_context(rank: int, world_size: int, device: Any, backend: str) -> RankContext:
+    """The groups every job may use; every rank creates them, in the same order."""
+    import torch.distributed as dist
+
+    cpu_group = dist.new_group(backend="gloo") if backend == "nccl" else dist.group.WORLD
+    side_group = dist.new_group(backend="gloo")
+    half_group = None
+    halves = (list(range(world_size // 2)), list(range(world_size // 2, world_size)))
+    for members in halves if world_size > 1 else ():
+        group = dist.new_group(members, backend="gloo")
+        if rank in members:
+            half_group = group
+    return RankContext(rank, world_size, device, cpu_group, side_group, half_group)
 
 
 def _describe(error: BaseException) -> dict[str, Any]:

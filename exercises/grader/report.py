@@ -1,6 +1,6 @@
-"""The grade report: classifies every graded test (passed, wrong, not attempted), shortens the
-grader's own failures to their message, writes a Gradescope-style `results.json`, and prints a
-per-chapter score table at the end of the run."""
+"""The grade report: classifies every graded test (passed, wrong, not attempted, or submitted: a
+quiz answer where no key is at hand), shortens the grader's own failures to their message, writes
+a Gradescope-style `results.json`, and prints a per-chapter score table at the end of the run."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from .chapters import CHAPTERS, chapter_of, task_points
-from .outcomes import ImplementationError, NotAttempted, WrongAnswer
+from .outcomes import ImplementationError, NotAttempted, Submitted, WrongAnswer
 
 OUTPUT_LIMIT = 4000  # characters of failure text kept per test in results.json
 
@@ -22,7 +22,7 @@ class Record:
     task: str
     points: float
     impl: str = ""  # the resolved --impl spec this test graded
-    outcome: str = "failed"  # passed | failed | not_attempted | error | skipped
+    outcome: str = "failed"  # passed | failed | not_attempted | submitted | error | skipped
     output: str = ""
 
     @property
@@ -42,14 +42,18 @@ class GradeReport:
         self.records: dict[str, Record] = {}
         self.points: dict[str, float] = {}  # nodeid -> this test's share of its task's points
 
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """Split each task's points over its selected tests by weight."""
-        weights: dict[str, dict[str, float]] = {}
-        for item in session.items:
+    def assign_points(self, items: list[pytest.Item]) -> None:
+        """Split each task's points over its tests by weight, per graded implementation.
+
+        Called on every collected test before `-k` / `-m` deselect any, so selecting a few tests
+        shows their own share (a quiz question: its own points), never the whole task's."""
+        weights: dict[tuple[str, str], dict[str, float]] = {}
+        for item in items:
             marker = item.get_closest_marker("task")
             if marker is not None:
-                weights.setdefault(marker.args[0], {})[item.nodeid] = float(marker.kwargs.get("weight", 1))
-        for task, tests in weights.items():
+                group = weights.setdefault((marker.args[0], _impl_of(item)), {})
+                group[item.nodeid] = float(marker.kwargs.get("weight", 1))
+        for (task, _), tests in weights.items():
             total = task_points(task)
             for nodeid, weight in tests.items():
                 self.points[nodeid] = round(total * weight / sum(tests.values()), 4)
@@ -63,10 +67,10 @@ class GradeReport:
         report = outcome.get_result()
         record = self.records.get(item.nodeid)
         if record is None:
-            callspec = getattr(item, "callspec", None)
-            impl = callspec.params["impl"] if callspec and "impl" in callspec.params else getattr(item, "funcargs", {}).get("impl", "")
-            record = self.records[item.nodeid] = Record(item.nodeid, marker.args[0], self.points.get(item.nodeid, 0.0), impl)
-        if record.outcome in ("not_attempted", "error") and report.when == "teardown":
+            impl = _impl_of(item) or getattr(item, "funcargs", {}).get("impl", "")
+            points = self.points.get(item.nodeid, 0.0)
+            record = self.records[item.nodeid] = Record(item.nodeid, marker.args[0], points, impl)
+        if record.outcome in ("not_attempted", "submitted", "error") and report.when == "teardown":
             return  # keep the first reason
         if report.passed and report.when == "call":
             record.outcome = "passed"
@@ -82,30 +86,38 @@ class GradeReport:
             detail = error if isinstance(error, NotAttempted) else "still raises NotImplementedError"
             report.longrepr = f"NOT ATTEMPTED: {task}: {detail}"
             return "not_attempted", report.longrepr
+        if isinstance(error, Submitted):
+            report.longrepr = f"SUBMITTED: {task}: {error}"
+            return "submitted", report.longrepr
         if isinstance(error, (WrongAnswer, ImplementationError)):
             report.longrepr = f"{task}: {error}"  # the grader's message says it all; no traceback
             return "failed", report.longrepr
         outcome = "failed" if report.when == "call" else "error"
         return outcome, str(report.longrepr)[-OUTPUT_LIMIT:]
 
-    def chapter_rows(self) -> list[tuple[str, int, int, int, float, float]]:
-        """(chapter slug, passed, wrong, not attempted, score, max score) for each chapter graded."""
+    def chapter_rows(self) -> list[tuple[str, int, int, int, int, float, float]]:
+        """(chapter slug, passed, wrong, not attempted, submitted, score, max score) per chapter graded."""
         rows = []
         for number, slug in CHAPTERS.items():
             records = [r for r in self.records.values() if r.chapter == number and r.outcome != "skipped"]
             if records:
                 count = lambda *names: sum(r.outcome in names for r in records)  # noqa: E731
                 rows.append((slug, count("passed"), count("failed", "error"), count("not_attempted"),
-                             sum(r.score for r in records), sum(r.points for r in records)))
+                             count("submitted"), sum(r.score for r in records), sum(r.points for r in records)))
         return rows
 
     def table(self) -> str:
-        lines = [f"{'chapter':<26}{'passed':>7}{'wrong':>7}{'not attempted':>15}{'points':>15}"]
-        for slug, passed, wrong, todo, score, total in self.chapter_rows():
-            lines.append(f"{slug:<26}{passed:>7}{wrong:>7}{todo:>15}{f'{score:.4g} / {total:.4g}':>15}")
-        score = sum(row[4] for row in self.chapter_rows())
-        total = sum(row[5] for row in self.chapter_rows())
-        lines.append(f"{'total':<55}{f'{score:.4g} / {total:.4g}':>15}")
+        rows = self.chapter_rows()
+        submitted = any(row[4] for row in rows)  # a student release: quiz answers wait for the autograder
+        extra = f"{'submitted':>11}" if submitted else ""
+        lines = [f"{'chapter':<26}{'passed':>7}{'wrong':>7}{'not attempted':>15}{extra}{'points':>15}"]
+        for slug, passed, wrong, todo, sent, score, total in rows:
+            extra = f"{sent:>11}" if submitted else ""
+            lines.append(f"{slug:<26}{passed:>7}{wrong:>7}{todo:>15}{extra}{f'{score:.4g} / {total:.4g}':>15}")
+        score, total = sum(row[5] for row in rows), sum(row[6] for row in rows)
+        lines.append(f"{'total':<{66 if submitted else 55}}{f'{score:.4g} / {total:.4g}':>15}")
+        if submitted:
+            lines.append("submitted: quiz answers recorded here; the course's autograder grades them")
         return "\n".join(lines)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -116,7 +128,7 @@ class GradeReport:
                 "name": f"{r.task}: {r.nodeid.split('::', 1)[-1]}",
                 "score": r.score,
                 "max_score": r.points,
-                "status": "passed" if r.outcome == "passed" else "failed",
+                "status": "passed" if r.outcome == "passed" else "failed",  # submitted: 0 until the autograder
                 "output": r.output,
                 "tags": [f"ch{r.chapter}", r.task],
                 "extra_data": {"nodeid": r.nodeid, "task": r.task, "outcome": r.outcome, "impl": r.impl},
@@ -143,3 +155,9 @@ class GradeReport:
         terminalreporter.write_sep("=", f"minisgl course grade (--impl {impl})")
         terminalreporter.write_line(self.table())
         terminalreporter.write_line(f"results: {Path(self.config.getoption('--results')).resolve()}")
+
+
+def _impl_of(item: pytest.Item) -> str:
+    """The --impl spec a test is parametrized with ("" when only one is graded)."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("impl", "") if callspec else ""

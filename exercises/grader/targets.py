@@ -1,27 +1,32 @@
-"""Rank bodies for the launch exercise (chapter 02): tiny processes that ack in turn, stay silent,
-report an error, or die. Importing this module is cheap (no torch), so spawned ranks start fast.
+"""Rank bodies for the launch exercise (chapter 02): tiny processes that ack when told, stay
+silent, report an error, or die. Importing this module is cheap (no torch), so spawned ranks start fast.
 
-Each writes `pid<rank>` into `marker_dir` first (so the grader can check that none is left running)
-and `ready<rank>` just before it acks. None outlives its launcher or LIFETIME_S.
+Each writes `pid<rank>` into `marker_dir` first - its pid, its parent's pid, and whether it was
+forked (a forked child carries the grader's modules; a spawned one starts empty) - and
+`ready<rank>` just before it acks. None outlives its launcher or LIFETIME_S.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 LIFETIME_S = 60.0
+GRADER_MODULE = "exercises.grader.adapters"  # imported by the grader's process, never by a spawned rank
 
 
-def behave(rank: int, world_size: int, acks: Any, marker_dir: str, delay_s: float = 0.0,
+def behave(rank: int, world_size: int, acks: Any, marker_dir: str, ack_at: dict[int, float] | None = None,
            silent: tuple[int, ...] = (), failing: tuple[int, ...] = (), dying: tuple[int, ...] = ()) -> None:
-    """Ack ("ready", rank, detail) after `delay_s * rank` seconds, unless this rank is silent,
-    failing (acks ("error", rank, detail)) or dying (exits with code 3 before acking)."""
+    """Ack ("ready", rank, detail) at time.monotonic() `ack_at[rank]` (at once if absent), unless
+    this rank is silent, failing (acks ("error", rank, detail)) or dying (exits with code 3)."""
     parent = os.getppid()
-    Path(marker_dir, f"pid{rank}").write_text(str(os.getpid()))
-    time.sleep(delay_s * rank)  # higher ranks ack later: the last ack comes from the last rank
+    Path(marker_dir, f"pid{rank}").write_text(json.dumps(
+        {"pid": os.getpid(), "parent": parent, "forked": GRADER_MODULE in sys.modules}))
+    time.sleep(max(0.0, (ack_at or {}).get(rank, 0.0) - time.monotonic()))  # the clock is shared by all processes
     if rank in dying:
         os._exit(3)
     if rank in failing:

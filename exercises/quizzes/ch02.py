@@ -1,13 +1,15 @@
 """Chapter 02 quiz (launch): spawning one process per rank and waiting for them (seed 000, 3.1).
 
 Replace each None with your answer, then run `pytest exercises -m ch02`.
-Numbers: an int or float in the unit the question asks for. Choices: the letter, e.g. "b".
-Short answers: a sentence or two in your own words (they are checked for the key ideas).
+choice: one letter, e.g. "b".  multi: every letter that applies, e.g. "bd" (the exact set scores).
+order: every letter once, in your order, e.g. "dacb".  number: an int or float in the unit asked.
 """
 
 # Q1 (choice). Why does the launcher use the "spawn" start method rather than "fork"?
-#   a) it starts faster   b) each rank gets a fresh interpreter, with no copied CUDA, torch or ZMQ state
-#   c) fork does not exist on Linux   d) spawned processes use less memory
+#   a) a spawned process starts faster than a forked one
+#   b) a forked child cannot import torch a second time
+#   c) a fresh interpreter inherits no CUDA or ZMQ state
+#   d) spawned processes share the parent's memory pages
 Q1 = None
 
 # Q2 (number). In the mini-SGLang launcher of seed 000, with num_tokenizers = 2, how many acks does
@@ -18,18 +20,31 @@ Q2 = None
 Q3 = None
 
 # Q4 (choice). What must a rank do before it constructs any layer?
-#   a) load the weights   b) set_tp_info(rank, size)   c) allocate the KV cache   d) capture CUDA graphs
+#   a) load its weights
+#   b) allocate the KV cache
+#   c) capture its CUDA graphs for every batch size
+#   d) call set_tp_info(rank, size)
 Q4 = None
 
 # Q5 (choice). When does ChildGroup.wait_ready return?
-#   a) right after every Process.start()   b) once every rank acked "ready" (it raises otherwise)
-#   c) after the first request is served   d) after the HTTP server is up
+#   a) right after every Process.start() call
+#   b) once every rank has acked "ready"
+#   c) after the HTTP server answers /health
+#   d) after the first request has been served
 Q5 = None
 
 # Q6 (choice). In seed 000, what tp_info does the parent process hold right after parsing arguments?
-#   a) DistributedInfo(0, tp_size)   b) None   c) DistributedInfo(tp_size, 0)   d) one per rank
+#   a) DistributedInfo(0, tp_size)
+#   b) None
+#   c) DistributedInfo(tp_size, 0)
+#   d) one DistributedInfo per rank
 Q6 = None
 
-# Q7 (short answer). Why must the launcher wait for acks with a timeout, and what must it do when a
-# rank fails to start?
+# Q7 (multi). A launcher starts the ranks and waits for their acks. Which must it do?
+#   a) count one deadline from the start, not a fresh timeout per ack
+#   b) wait on the ack queue with no timeout, since a rank always acks in the end
+#   c) notice a rank that exited before acking, without waiting for the deadline
+#   d) raise an error that names the rank that failed
+#   e) leave the other ranks running after a failure, so they can be reused
+#   f) stop every rank it started before it raises
 Q7 = None

@@ -1,7 +1,8 @@
 """Chapter 05 quiz (vocab parallelism): embedding and LM head split by token id (seed 003, 5).
 
 Replace each None with your answer, then run `pytest exercises -m ch05`.
-Numbers: an int or float in the unit the question asks for. Choices: the letter, e.g. "b".
+choice: one letter, e.g. "b".  multi: every letter that applies, e.g. "bd" (the exact set scores).
+order: every letter once, in your order, e.g. "dacb".  number: an int or float in the unit asked.
 """
 
 # Q1 (number). Vocabulary 49152 (SmolLM2) at tp = 3: how many rows does each rank's shard have?
@@ -14,16 +15,24 @@ Q2 = None
 Q3 = None
 
 # Q4 (choice). What does a rank's embedding write for a token id outside its shard?
-#   a) a random row   b) zeros   c) the id itself   d) nothing: its output has fewer rows
+#   a) zeros
+#   b) the row of the id modulo the shard size
+#   c) the last row of its shard, a padding row
+#   d) nothing: its output has fewer rows
 Q4 = None
 
 # Q5 (choice). Which collective follows the embedding lookup?
-#   a) all-gather   b) all-reduce   c) broadcast from rank 0   d) none
+#   a) an all-gather of the rows
+#   b) a broadcast from rank 0
+#   c) none: every rank has its rows
+#   d) an all-reduce (sum)
 Q5 = None
 
 # Q6 (choice). Which collective follows the LM head?
-#   a) all-reduce   b) all-gather, then the padding columns are dropped   c) reduce-scatter
-#   d) none: each rank samples from its own shard
+#   a) an all-reduce of the logits
+#   b) a reduce-scatter of the logits
+#   c) an all-gather, then the padding is cut off
+#   d) none: each rank samples from its own ids, then they vote
 Q6 = None
 
 # Q7 (number). During the prefill of one 512-token prompt, how many rows of logits does the LM head

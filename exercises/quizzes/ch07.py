@@ -1,16 +1,18 @@
 """Chapter 07 quiz (the TP decoder layer): where the two all-reduces sit (seed 003 12, seed 004).
 
 Replace each None with your answer, then run `pytest exercises -m ch07`.
-Numbers: an int or float in the unit the question asks for. Choices: the letter, e.g. "b".
-Short answers: a sentence or two in your own words (they are checked for the key ideas).
+choice: one letter, e.g. "b".  multi: every letter that applies, e.g. "bd" (the exact set scores).
+order: every letter once, in your order, e.g. "dacb".  number: an int or float in the unit asked.
 """
 
 # Q1 (number). How many all-reduces does one decoder layer run at tp > 1?
 Q1 = None
 
 # Q2 (choice). Where are they?
-#   a) after o_proj and after down_proj   b) after qkv_proj and after gate_up_proj
-#   c) after attention and after each RMSNorm   d) only after the MLP
+#   a) after qkv_proj and after gate_up_proj
+#   b) after attention and after each RMSNorm
+#   c) after o_proj and after down_proj
+#   d) both after the MLP, none in attention
 Q2 = None
 
 # Q3 (number). Llama-3.1-8B (32 layers, 8 KV heads, head_dim 128), bf16 cache, tp = 2: KiB of KV
@@ -24,15 +26,23 @@ Q4 = None
 Q5 = None
 
 # Q6 (choice). Why does attention itself need no communication?
-#   a) each rank's query heads attend only with KV heads that rank holds; heads are independent
-#   b) attention is replicated on every rank   c) softmax runs an all-reduce internally
-#   d) rank 0 computes it for everyone
+#   a) attention is replicated on every rank
+#   b) a rank's query heads use only KV heads it holds
+#   c) softmax runs an all-reduce inside it
+#   d) rank 0 computes attention for every rank
 Q6 = None
 
 # Q7 (choice). Why does silu(gate) * up need no communication?
-#   a) each rank holds gate and up rows for the same intermediate indices   b) SiLU is linear
-#   c) it runs on rank 0 only   d) it does: an all-gather
+#   a) SiLU is a linear function
+#   b) it runs on rank 0 only
+#   c) it does: an all-gather of gate and up must come first
+#   d) a rank holds gate and up for the same indices
 Q7 = None
 
-# Q8 (short answer). Why is a larger tp not always faster?
+# Q8 (multi). Why is a larger tp not always faster? Which statements are true?
+#   a) every layer still needs its two all-reduces, whatever tp is
+#   b) a larger tp leaves less compute per rank to hide the communication behind
+#   c) the all-reduce payload per token shrinks as tp grows
+#   d) whether it pays depends on the interconnect, the model size and the batch
+#   e) a larger tp changes the greedy tokens, which then need checking
 Q8 = None

@@ -1,8 +1,8 @@
 """Chapter 09 quiz (communication volume): the seed's numbers for Llama-3.1-8B in bf16 (seed 004).
 
 Replace each None with your answer, then run `pytest exercises -m ch09`.
-Numbers: an int or float in the unit the question asks for. Choices: the letter, e.g. "b".
-Short answers: a sentence or two in your own words (they are checked for the key ideas).
+choice: one letter, e.g. "b".  multi: every letter that applies, e.g. "bd" (the exact set scores).
+order: every letter once, in your order, e.g. "dacb".  number: an int or float in the unit asked.
 Llama-3.1-8B: hidden_size 4096, 32 layers, vocab 128256. 1 KiB = 1024 bytes, 1 MiB = 1024 KiB.
 """
 
@@ -34,13 +34,23 @@ Q8 = None
 Q9 = None
 
 # Q10 (choice). What limits the communication of a small-batch decode step?
-#   a) link bandwidth   b) the fixed cost of 65 synchronizations   c) compute   d) KV cache size
+#   a) the bandwidth of the link (NVLink or PCIe)
+#   b) the compute each GPU does between them
+#   c) the fixed cost of 65 synchronizations
+#   d) the size of the KV cache on each GPU
 Q10 = None
 
 # Q11 (choice). And of a 2048-token prefill chunk?
-#   a) link bandwidth (NVLink or PCIe)   b) the number of synchronizations   c) the tokenizer   d) nothing
+#   a) the number of synchronizations per step
+#   b) the bandwidth of the link (NVLink or PCIe)
+#   c) how fast the tokenizer can split the prompt
+#   d) nothing: at that size communication is free
 Q11 = None
 
-# Q12 (short answer). TP = t divides each GPU's weight reads by t. What does it cost, and when might
-# it not pay off?
+# Q12 (multi). TP = t divides each GPU's weight reads by t. Which statements about its cost are true?
+#   a) every layer adds two all-reduces: two synchronizations per layer and step
+#   b) the bytes each rank sends per token fall as 1 / t
+#   c) at batch 1 the all-reduces are skipped
+#   d) the bytes each rank sends per token approach twice the payload as t grows
+#   e) over PCIe, or with a small model or small batches, the cost can outweigh the saving
 Q12 = None

@@ -2,17 +2,16 @@
 scheduling, and why PyNCCL rather than gloo on GPUs (benchmark/GPU_RESULTS.md, seed 004).
 
 Replace each None with your answer, then run `pytest exercises -m ch10`.
-Numbers: an int or float in the unit the question asks for. Choices: the letter, e.g. "b".
-Short answers: a sentence or two in your own words (they are checked for the key ideas).
+choice: one letter, e.g. "b".  multi: every letter that applies, e.g. "bd" (the exact set scores).
+order: every letter once, in your order, e.g. "dacb".  number: an int or float in the unit asked.
 """
 
 # Q1 (choice). SmolLM2-135M at batch 1 on one H200: HBM floor 0.067 ms, CUDA-graph step 1.09 ms,
 # eager step 11.86 ms. What keeps the step so far above its floor?
 #   a) the weights do not fit in HBM, so they stream from host memory
-#   b) each of its ~330 kernels moves under 1 MB: per-launch and per-kernel fixed costs, not bytes,
-#      set the time (the step is launch-bound)
-#   c) the KV cache of one request is larger than the weights
-#   d) bf16 matrix multiplies are compute-bound at batch 1
+#   b) the KV cache of one request is larger than all the weights
+#   c) ~330 kernels of under 1 MB each: fixed per-launch costs set the time
+#   d) bf16 matrix multiplies are compute-bound at batch 1, even on an H200
 Q1 = None
 
 # Q2 (number). The HBM floor in microseconds of one batch-1 decode step of a model with 500 million
@@ -25,11 +24,10 @@ Q2 = None
 Q3 = None
 
 # Q4 (choice). What does a CUDA graph capture?
-#   a) the kernels launched on the capturing stream with their arguments (pointers, grid, scalars);
-#      a replay launches them again on whatever data those addresses then hold
-#   b) the Python code of the forward pass, which replay re-runs faster
-#   c) the forward pass's output values, cached for the next call
-#   d) a copy of the model weights in a private buffer
+#   a) the Python code of the forward pass, which a replay runs again faster
+#   b) the kernels it launches, with their pointers, grids and scalars
+#   c) the output values of the forward pass, kept for the next call
+#   d) a copy of the model weights in a buffer of its own
 Q4 = None
 
 # Q5 (number). CudaGraphRunner with max_bs = 256 (buckets 1, 2, 4, 8, then every 8 up to 256):
@@ -37,29 +35,30 @@ Q4 = None
 Q5 = None
 
 # Q6 (choice). Why do CUDA-graph padding rows attend to KV slot 0 and write to out slot -1?
-#   a) page 0 is never handed to a request, so reading it is valid and harms nobody; a negative
-#      slot makes store_kv write nothing, so no real request's cache changes
-#   b) slot 0 holds the BOS token's keys, which every request shares
-#   c) -1 wraps around to the pool's last slot, which is reserved for padding
-#   d) the GPU skips every row whose slot is 0
+#   a) slot 0 holds the BOS token's keys, which every request shares
+#   b) -1 wraps around to the pool's last slot, which is kept free for padding rows
+#   c) the GPU skips every row whose slot is 0 or below it
+#   d) page 0 is never given out, and slot -1 makes store_kv write nothing
 Q6 = None
 
 # Q7 (choice). Why does minisgl run decode eagerly (no CUDA graphs) when tp > 1 goes through gloo?
-#   a) gloo reduces on CPU threads: a CUDA tensor is copied to the host and waited for, which is no
-#      kernel on the capturing stream, and waiting is forbidden during capture
-#   b) gloo is slower than a graph replay, so graphs would not help
-#   c) gloo has no all-gather
-#   d) a graph may hold at most one collective
+#   a) gloo is slower than a graph replay, so graphs would not help
+#   b) gloo works on the host: a copy and a wait, which capture forbids
+#   c) gloo has no all-gather, which the LM head needs in a graph
+#   d) a graph may hold at most one collective of any kind
 Q7 = None
 
-# Q8 (short answer). With overlap scheduling on, a running request's output_ids ends in -3. What
-# does -3 stand for, and what replaces it, where and when?
+# Q8 (multi). With overlap scheduling on, a running request's output_ids ends in -3. Which are true?
+#   a) it stands for the token of batch row 2 of the step still running on the device
+#   b) the scheduler waits for that step to finish, then writes the token in
+#   c) the device puts that step's argmax in its place before the model reads it
+#   d) the next decode step carries it as one of its input ids
+#   e) it marks a request that was aborted while it ran
 Q8 = None
 
 # Q9 (choice). Why does dist_backend="auto" choose gloo for tp = 2 on a machine with one GPU?
-#   a) NCCL gives each rank of a communicator its own GPU and refuses (invalid usage) two ranks on
-#      one device
-#   b) gloo is faster than NCCL on a single GPU
-#   c) PyNCCL supports tp = 1 only
-#   d) the NCCL unique id cannot be broadcast between ranks on one GPU
+#   a) NCCL refuses two ranks of one communicator on one device
+#   b) gloo is faster than NCCL when the ranks share a GPU
+#   c) PyNCCL supports tp = 1 only, one rank per machine
+#   d) the unique id cannot reach a second rank on the same GPU
 Q9 = None

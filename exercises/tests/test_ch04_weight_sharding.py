@@ -1,5 +1,7 @@
 """Grades chapter 04 in one process (sharding is a pure function of rank and tp): the KV-head map,
-the fused QKV shard, every shard rule, and the streaming shard-then-merge loader.
+the fused QKV shard, every shard rule, and the streaming shard-then-merge loader, at tp 1, 2 and 4,
+in fp32 and bf16, with head_dim != hidden / heads, a vocabulary no tp > 1 divides, and more ranks
+than KV heads.
 
 Every full tensor holds 1, 2, 3, ... so each value names the element it came from, and a wrong
 shard can be described ("rank 1 got rows 0..7 of q_proj.weight").
@@ -7,14 +9,20 @@ shard can be described ("rank 1 got rows 0..7 of q_proj.weight").
 
 from __future__ import annotations
 
+import random
+import weakref
+from collections.abc import Iterator
+
 import pytest
 import torch
 
 from exercises.grader import adapters
+from exercises.grader.checks import assert_value_error, shares_memory, watch
 from exercises.grader.outcomes import WrongAnswer
 from minisgl.models.config import ModelConfig
 
-HEADS, KV_HEADS, HEAD_DIM, HIDDEN, INTERMEDIATE, VOCAB = 8, 2, 2, 6, 12, 11
+HEADS, KV_HEADS, HEAD_DIM, HIDDEN, INTERMEDIATE, VOCAB = 8, 2, 2, 6, 12, 11  # head_dim != 6 / 8
+TP_SIZES = [1, 2, 4]  # 4 > KV_HEADS: neighbouring ranks share a KV head
 
 
 def _config(tied: bool = False) -> ModelConfig:
@@ -25,8 +33,8 @@ def _config(tied: bool = False) -> ModelConfig:
     })
 
 
-def _numbered(*shape: int, offset: int = 0) -> torch.Tensor:
-    return torch.arange(1, 1 + torch.Size(shape).numel(), dtype=torch.float32).reshape(shape) + offset
+def _numbered(*shape: int, offset: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return (torch.arange(1, 1 + torch.Size(shape).numel(), dtype=torch.float32).reshape(shape) + offset).to(dtype)
 
 
 def _where(full: torch.Tensor, got: torch.Tensor) -> str:
@@ -47,45 +55,64 @@ def _expected_kv(rank: int, tp: int, heads: int, kv_heads: int) -> tuple[int, in
 
 
 # ---- KV heads and QKV ---------------------------------------------------------------------------
-KV_CASES = [(8, 2, 2), (8, 2, 4), (8, 1, 4), (8, 4, 2), (8, 8, 4), (6, 3, 3), (8, 2, 8)]  # heads, kv, tp
+KV_CASES = [(8, 2, 1), (8, 2, 2), (8, 2, 4), (8, 1, 4), (8, 4, 2), (8, 8, 4), (6, 3, 3), (8, 2, 8)]  # heads, kv, tp
 
 
 @pytest.mark.task("04-weight-sharding/qkv-gqa", weight=3)
 def test_kv_heads_of_rank(impl):
     for heads, kv, tp in KV_CASES:
         for rank in range(tp):
-            got = tuple(adapters.kv_heads_of_rank(impl, rank, tp, kv))
+            got = adapters.kv_heads_of_rank(impl, rank, tp, kv)
             expected = _expected_kv(rank, tp, heads, kv)
-            if got != expected:
-                raise WrongAnswer(f"{kv} KV heads at tp={tp}: rank {rank} got (first, count) {got}, expected {expected} "
-                                  f"(its query heads {rank * heads // tp}..{(rank + 1) * heads // tp - 1} attend with KV head {expected[0]})")
+            if not isinstance(got, tuple) or got != expected:
+                raise WrongAnswer(f"{kv} KV heads at tp={tp}: rank {rank} got (first, count) {got!r}, expected "
+                                  f"{expected} (its query heads {rank * heads // tp}..{(rank + 1) * heads // tp - 1} "
+                                  f"attend with KV head {expected[0]})")
     for kv, tp in [(3, 2), (2, 3)]:
-        with pytest.raises(ValueError):
-            adapters.kv_heads_of_rank(impl, 0, tp, kv)
+        assert_value_error(f"kv_heads_of_rank(0, tp_size={tp}, num_kv_heads={kv})",
+                           lambda: adapters.kv_heads_of_rank(impl, 0, tp, kv))
+    assert_value_error("kv_heads_of_rank(rank=4, tp_size=4, ...)", lambda: adapters.kv_heads_of_rank(impl, 4, 4, 2))
 
 
 @pytest.mark.task("04-weight-sharding/qkv-gqa")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("heads,kv,tp", KV_CASES, ids=[f"h{h}-kv{k}-tp{t}" for h, k, t in KV_CASES])
-def test_shard_qkv(impl, heads, kv, tp):
+def test_shard_qkv(impl, heads, kv, tp, dtype):
     d = HEAD_DIM
-    q, k, v = _numbered(heads * d, HIDDEN), _numbered(kv * d, HIDDEN, offset=1000), _numbered(kv * d, HIDDEN, offset=2000)
+    q = _numbered(heads * d, HIDDEN, dtype=dtype)
+    k, v = _numbered(kv * d, HIDDEN, offset=1000, dtype=dtype), _numbered(kv * d, HIDDEN, offset=2000, dtype=dtype)
     for rank in range(tp):
         first, count = _expected_kv(rank, tp, heads, kv)
         local = heads // tp
         expected = torch.cat([q[rank * local * d:(rank + 1) * local * d], k[first * d:(first + count) * d],
                               v[first * d:(first + count) * d]])
-        got = adapters.shard_qkv(impl, q, k, v, rank, tp, heads, kv, d)
+        got, changed = watch({"q": q, "k": k, "v": v},
+                             lambda: adapters.shard_qkv(impl, q, k, v, rank, tp, heads, kv, d))
+        if changed:
+            raise WrongAnswer(f"shard_qkv modified its inputs {changed}; the caller still needs them")
         if not isinstance(got, torch.Tensor) or got.shape != expected.shape or not torch.equal(got, expected):
             shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
             held = sorted({int(x) // 1000 * 1000 + (int(x) % 1000 - 1) // (HIDDEN * d)
-                           for x in got[:, 0].tolist()}) if isinstance(got, torch.Tensor) and got.numel() else []
+                           for x in got[:, 0].float().tolist()}) if isinstance(got, torch.Tensor) and got.numel() else []
             raise WrongAnswer(f"{heads} heads / {kv} KV heads at tp={tp}, rank {rank}: got shape {shape}, expected "
                               f"{tuple(expected.shape)} = q heads {rank * local}..{(rank + 1) * local - 1}, then k and v of "
                               f"KV head(s) {first}..{first + count - 1}; rows held (1000 = k, 2000 = v, + head): {held}")
+        if got.dtype != dtype:
+            raise WrongAnswer(f"shard_qkv returned {got.dtype} for {dtype} weights")
+
+
+@pytest.mark.task("04-weight-sharding/qkv-gqa")
+def test_shard_qkv_rejects_what_does_not_split(impl):
+    q, k, v = (_numbered(heads * HEAD_DIM, HIDDEN) for heads in (HEADS, KV_HEADS, KV_HEADS))
+    k1, v1 = k[:HEAD_DIM], v[:HEAD_DIM]  # one KV head: 3 ranks may share it, but 8 query heads do not split 3 ways
+    assert_value_error("shard_qkv with 8 heads (1 KV head) at tp=3",
+                       lambda: adapters.shard_qkv(impl, q, k1, v1, 0, 3, HEADS, 1, HEAD_DIM))
+    assert_value_error("shard_qkv with a q of 14 rows for 8 heads of 2",
+                       lambda: adapters.shard_qkv(impl, q[:14], k, v, 0, 2, HEADS, KV_HEADS, HEAD_DIM))
 
 
 # ---- shard rules --------------------------------------------------------------------------------
-def _checkpoint(tied: bool = False) -> dict[str, torch.Tensor]:
+def _checkpoint(dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     """A one-layer Qwen2-like checkpoint (q/k/v biases, plus an o_proj bias and a q_norm) by name."""
     layer = "model.layers.0."
     shapes = {
@@ -103,7 +130,8 @@ def _checkpoint(tied: bool = False) -> dict[str, torch.Tensor]:
         "lm_head.weight": (VOCAB, HIDDEN),
         layer + "self_attn.rotary_emb.inv_freq": (HEAD_DIM // 2,),
     }
-    return {name: _numbered(*shape, offset=100_000 * i) for i, (name, shape) in enumerate(sorted(shapes.items()))}
+    return {name: _numbered(*shape, offset=100_000 * i, dtype=dtype)
+            for i, (name, shape) in enumerate(sorted(shapes.items()))}
 
 
 def _expected_shard(name: str, full: torch.Tensor, rank: int, tp: int) -> torch.Tensor:
@@ -120,7 +148,7 @@ def _expected_shard(name: str, full: torch.Tensor, rank: int, tp: int) -> torch.
         return full[:, rank * size:(rank + 1) * size]
     if module in ("embed_tokens", "lm_head"):
         size = -(-VOCAB // tp)
-        shard = torch.zeros(size, full.shape[1])
+        shard = torch.zeros(size, full.shape[1], dtype=full.dtype)
         rows = full[rank * size:(rank + 1) * size]
         shard[:len(rows)] = rows
         return shard
@@ -128,34 +156,72 @@ def _expected_shard(name: str, full: torch.Tensor, rank: int, tp: int) -> torch.
 
 
 @pytest.mark.task("04-weight-sharding/shard-rules", weight=4)
-def test_shard_rules(impl, world_size):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("tp", TP_SIZES, ids=[f"tp{tp}" for tp in TP_SIZES])
+def test_shard_rules(impl, tp, dtype):
     config, problems = _config(), []
-    for name, full in _checkpoint().items():
+    for name, full in _checkpoint(dtype).items():
         if "rotary_emb" in name:
             continue
-        for rank in range(world_size):
-            expected = _expected_shard(name, full, rank, world_size)
-            got = adapters.shard_tensor(impl, name, full.clone(), rank, world_size, config)
-            if not isinstance(got, torch.Tensor) or got.shape != expected.shape or not torch.equal(got, expected):
+        for rank in range(tp):
+            expected = _expected_shard(name, full, rank, tp)
+            got, changed = watch({name: full}, lambda: adapters.shard_tensor(impl, name, full, rank, tp, config))
+            if changed:
+                problems.append(f"{name} rank {rank}: shard_tensor modified the full tensor")
+            elif not isinstance(got, torch.Tensor) or got.shape != expected.shape or not torch.equal(got, expected):
                 where = _where(full, got) if isinstance(got, torch.Tensor) else type(got).__name__
                 problems.append(f"{name} rank {rank}: got {where}; expected {_where(full, expected)}")
-                break
+            elif got.dtype != dtype:
+                problems.append(f"{name} rank {rank}: dtype {got.dtype}, expected {dtype} (keep the checkpoint's)")
+            elif shares_memory(got, full):
+                problems.append(f"{name} rank {rank}: the result is a view of the full tensor, which then stays "
+                                "alive as long as the shard does; return a copy (.clone())")
+            else:
+                continue
+            break
     if problems:
-        raise WrongAnswer(f"shard_tensor at tp={world_size}, {len(problems)} tensors wrong:\n  " + "\n  ".join(problems))
+        raise WrongAnswer(f"shard_tensor at tp={tp}, {len(problems)} tensors wrong:\n  " + "\n  ".join(problems))
 
 
 @pytest.mark.task("04-weight-sharding/shard-rules")
-def test_shards_do_not_pin_the_full_tensor(impl, world_size):
-    config = _config()
-    for name in ("model.layers.0.mlp.down_proj.weight", "model.layers.0.self_attn.k_proj.weight", "lm_head.weight"):
-        full = _checkpoint()[name]
-        got = adapters.shard_tensor(impl, name, full, world_size - 1, world_size, config)
-        if got.untyped_storage().data_ptr() == full.untyped_storage().data_ptr():
-            raise WrongAnswer(f"{name}: the shard is a view of the full tensor, which stays alive as long as the "
-                              "shard does; return a copy (.clone() / .contiguous() of a slice)")
+def test_shard_rules_reject_uneven_splits(impl):
+    config, layer = _config(), "model.layers.0."
+    for name, shape, tp in ((layer + "mlp.gate_proj.weight", (INTERMEDIATE, HIDDEN), 5),
+                            (layer + "self_attn.o_proj.weight", (HIDDEN, 18), 4),
+                            (layer + "self_attn.k_proj.weight", (KV_HEADS * HEAD_DIM, HIDDEN), 3)):
+        full = _numbered(*shape)
+        assert_value_error(f"shard_tensor({name} of shape {shape}, tp={tp})",
+                           lambda: adapters.shard_tensor(impl, name, full, 0, tp, config))
 
 
 # ---- streaming shard, then merge ----------------------------------------------------------------
+class _Stream:
+    """The checkpoint read one fresh tensor at a time, each watched by a weak reference."""
+
+    def __init__(self, checkpoint: dict[str, torch.Tensor], names: list[str]) -> None:
+        self.checkpoint, self.names = checkpoint, names
+        self.read = 0
+        self.refs: list[tuple[str, weakref.ref]] = []
+        self.kept_alive: str | None = None  # the first full tensor still alive two reads later
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for name in self.names:
+            # tensor i - 1 may still sit in the loader's loop variable; every one before it must be gone
+            self.note_alive(self.refs[:-1])
+            self.read += 1
+            yield self._fresh(name)  # no local keeps it
+
+    def _fresh(self, name: str) -> tuple[str, torch.Tensor]:
+        tensor = self.checkpoint[name].clone()
+        self.refs.append((name, weakref.ref(tensor)))
+        return name, tensor
+
+    def note_alive(self, refs: list[tuple[str, weakref.ref]]) -> None:
+        alive = [name for name, ref in refs if ref() is not None]
+        if alive and self.kept_alive is None:
+            self.kept_alive = alive[0]
+
+
 def _expected_stream(checkpoint: dict[str, torch.Tensor], order: list[str], rank: int, tp: int, tied: bool):
     """(name, tensor, index of the input it must follow) for every output, in output order."""
     fused_of = {"q_proj": ("qkv_proj", 3), "k_proj": ("qkv_proj", 3), "v_proj": ("qkv_proj", 3),
@@ -180,26 +246,30 @@ def _expected_stream(checkpoint: dict[str, torch.Tensor], order: list[str], rank
     return out
 
 
+def _order(names: list[str], order: str) -> list[str]:
+    if order == "shuffled":
+        return random.Random(4).sample(names, len(names))
+    return sorted(names, reverse=order == "reversed")
+
+
+STREAM_CASES = [(tp, tied, order, torch.float32) for tp in TP_SIZES for tied in (False, True)
+                for order in ("sorted", "reversed", "shuffled")] + [(2, False, "shuffled", torch.bfloat16)]
+
+
 @pytest.mark.task("04-weight-sharding/shard-then-merge")
-@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
-@pytest.mark.parametrize("order", ["sorted", "reversed"])
-def test_shard_and_merge(impl, world_size, tied, order):
-    checkpoint, config = _checkpoint(), _config(tied)
-    names = sorted(checkpoint) if order == "sorted" else sorted(checkpoint, reverse=True)
-    for rank in range(world_size):
-        consumed = 0
-
-        def source():
-            nonlocal consumed
-            for name in names:
-                consumed += 1
-                yield name, checkpoint[name].clone()
-
-        expected = _expected_stream(checkpoint, names, rank, world_size, tied)
-        got = []
-        for name, tensor in adapters.shard_and_merge(impl, source(), rank, world_size, config):
-            got.append((name, tensor, consumed - 1))
-        where = f"tp={world_size} rank {rank}, {order} checkpoint order{', tied' if tied else ''}"
+@pytest.mark.parametrize("tp,tied,order,dtype", STREAM_CASES, ids=[
+    f"tp{tp}-{'tied' if tied else 'untied'}-{order}-{str(dtype)[6:]}" for tp, tied, order, dtype in STREAM_CASES])
+def test_shard_and_merge(impl, tp, tied, order, dtype):
+    checkpoint, config = _checkpoint(dtype), _config(tied)
+    names = _order(list(checkpoint), order)
+    for rank in range(tp):
+        stream = _Stream(checkpoint, names)
+        expected = _expected_stream(checkpoint, names, rank, tp, tied)
+        where = f"tp={tp} rank {rank}, {order} checkpoint order{', tied' if tied else ''}, {dtype}"
+        loader = adapters.shard_and_merge(impl, iter(stream), rank, tp, config)
+        got = [(name, tensor, stream.read - 1) for name, tensor in loader]
+        del loader  # the finished generator lets go of its last tensor
+        stream.note_alive(stream.refs)  # what is still alive now is kept by the results: views of full tensors
         missing = sorted({n for n, _, _ in expected} - {n for n, _, _ in got})
         extra = sorted({n for n, _, _ in got} - {n for n, _, _ in expected})
         if missing or extra:
@@ -207,9 +277,22 @@ def test_shard_and_merge(impl, world_size, tied, order):
         wanted = {n: (t, i) for n, t, i in expected}
         for name, tensor, after in got:
             t, i = wanted[name]
-            if tensor.shape != t.shape or not torch.equal(tensor, t):
-                raise WrongAnswer(f"{where}: {name} has shape {tuple(tensor.shape)} and differs from the expected "
-                                  f"{tuple(t.shape)} (shard each part first, then cat in q, k, v / gate, up order)")
+            if not isinstance(tensor, torch.Tensor) or tensor.shape != t.shape or not torch.equal(tensor, t):
+                raise WrongAnswer(f"{where}: {name} differs from the expected {tuple(t.shape)} tensor (shard each part "
+                                  "first, then cat in q, k, v / gate, up order)")
+            if tensor.dtype != dtype:
+                raise WrongAnswer(f"{where}: {name} has dtype {tensor.dtype}, expected the checkpoint's {dtype}")
             if after != i:
                 raise WrongAnswer(f"{where}: {name} was yielded after reading {after + 1} tensors; it was complete "
                                   f"after {i + 1} (stream: yield each tensor as soon as it is complete)")
+        if stream.kept_alive is not None:
+            raise WrongAnswer(f"{where}: the full tensor {stream.kept_alive} was still alive two tensors later: keep "
+                              "the shards, not the full tensors, and yield copies, never views of them")
+
+
+@pytest.mark.task("04-weight-sharding/shard-then-merge")
+def test_shard_and_merge_names_missing_parts(impl):
+    checkpoint = {n: t for n, t in _checkpoint().items() if "v_proj" not in n}
+    stream = iter(sorted(checkpoint.items()))
+    assert_value_error("shard_and_merge of a checkpoint without v_proj",
+                       lambda: list(adapters.shard_and_merge(impl, stream, 0, 2, _config())))

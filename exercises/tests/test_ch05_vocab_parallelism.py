@@ -1,5 +1,6 @@
 """Grades chapter 05 on real ranks with a vocabulary of 11 ids, which no tp > 1 divides: every id
-(the shard boundaries included) goes through the embedding, and the LM head must trim its padding."""
+(the shard boundaries included) goes through the embedding, and the LM head must trim its padding.
+fp32 and bf16, tp = 1 and the world size's ranks; inputs must come back untouched."""
 
 from __future__ import annotations
 
@@ -8,16 +9,27 @@ import torch
 import torch.nn.functional as F
 
 from exercises.grader import adapters
-from exercises.grader.checks import assert_counts, assert_ranks_close, values
-from exercises.grader.ranks import RankContext
+from exercises.grader.checks import (
+    DTYPES,
+    SEAM_ALL_GATHER,
+    SEAM_ALL_REDUCE,
+    assert_collectives,
+    assert_ranks_close,
+    assert_unchanged,
+    assert_value_error,
+    tolerance,
+    watch,
+)
+from exercises.grader.ranks import RankContext, tp_view
 
-VOCAB, HIDDEN, POSITIONS = 11, 6, 3
+VOCAB, HIDDEN = 11, 6
+CASES = [(dtype, tp) for dtype in DTYPES for tp in ("world", "tp1")]
 
 
 def _padded_shard(table: torch.Tensor, rank: int, tp: int) -> torch.Tensor:
     """Rows [rank * s, (rank + 1) * s) of the table, s = ceil(V / tp), zero-padded past V."""
     shard_size = -(-VOCAB // tp)
-    padded = torch.zeros(shard_size * tp, table.shape[1])
+    padded = torch.zeros(shard_size * tp, table.shape[1], dtype=table.dtype)
     padded[:VOCAB] = table
     return padded[rank * shard_size:(rank + 1) * shard_size].clone()
 
@@ -30,35 +42,65 @@ def _ids(tp: int) -> torch.Tensor:
     return torch.cat([torch.randperm(VOCAB, generator=torch.Generator().manual_seed(tp)), torch.tensor(edges)])
 
 
-def _embedding_job(ctx: RankContext, impl: str, ids: torch.Tensor, table: torch.Tensor):
-    shard = _padded_shard(table, ctx.rank, ctx.world_size).to(ctx.device)
-    return adapters.vocab_parallel_embedding(impl, ids.to(ctx.device), shard, VOCAB).cpu()
+def _embedding_job(ctx: RankContext, impl: str, tp_size: int, ids: torch.Tensor, table: torch.Tensor):
+    rank = ctx.rank if tp_size > 1 else 0
+    inputs = {"input_ids": ids.to(ctx.device), "weight_shard": _padded_shard(table, rank, tp_size).to(ctx.device)}
+    with tp_view(rank, tp_size):
+        out, changed = watch(inputs, lambda: adapters.vocab_parallel_embedding(impl, *inputs.values(), VOCAB))
+    return (out.cpu() if isinstance(out, torch.Tensor) else out), changed
 
 
 @pytest.mark.task("05-vocab-parallelism/vocab-embedding")
 @pytest.mark.timeout(180)
-def test_vocab_embedding(impl, run_ranks, world_size):
-    table = torch.randn(VOCAB, HIDDEN, generator=torch.Generator().manual_seed(5))
-    ids = _ids(world_size)
-    results = run_ranks(_embedding_job, impl=impl, ids=ids, table=table)
-    # Exact in principle (one rank adds its row, the others add zeros); tolerance only for safety.
-    assert_ranks_close(f"vocab_parallel_embedding (V={VOCAB}, tp={world_size}, row i = table[ids[i]], ids {ids.tolist()})",
-                       values(results), F.embedding(ids, table))
-    assert_counts("vocab_parallel_embedding", results, all_reduce=1)
+@pytest.mark.parametrize("dtype,tp", CASES, ids=[f"{d}-{t}" for d, t in CASES])
+def test_vocab_embedding(impl, run_ranks, world_size, dtype, tp):
+    tp_size = world_size if tp == "world" else 1
+    table = torch.randn(VOCAB, HIDDEN, generator=torch.Generator().manual_seed(5)).to(DTYPES[dtype])
+    ids = _ids(tp_size)
+    results = run_ranks(_embedding_job, impl=impl, tp_size=tp_size, ids=ids, table=table)
+    what = f"vocab_parallel_embedding ({dtype}, V={VOCAB}, tp={tp_size}, row i = table[ids[i]], ids {ids.tolist()})"
+    # exact: one rank adds its row, the others add zeros
+    assert_ranks_close(what, [r.value[0] for r in results], F.embedding(ids, table).double(), DTYPES[dtype], 0.0)
+    assert_unchanged(what, [r.value[1] for r in results])
+    assert_collectives(what, results, {SEAM_ALL_REDUCE: 1})
 
 
-def _lm_head_job(ctx: RankContext, impl: str, hidden: torch.Tensor, table: torch.Tensor):
-    shard = _padded_shard(table, ctx.rank, ctx.world_size).to(ctx.device)
-    return adapters.parallel_lm_head(impl, hidden.to(ctx.device), shard, VOCAB).cpu()
+def _lm_head_job(ctx: RankContext, impl: str, tp_size: int, hidden: torch.Tensor, table: torch.Tensor):
+    rank = ctx.rank if tp_size > 1 else 0
+    inputs = {"hidden_states": hidden.to(ctx.device),
+              "weight_shard": _padded_shard(table, rank, tp_size).to(ctx.device)}
+    with tp_view(rank, tp_size):
+        out, changed = watch(inputs, lambda: adapters.parallel_lm_head(impl, *inputs.values(), VOCAB))
+    return (out.cpu() if isinstance(out, torch.Tensor) else out), changed
 
 
 @pytest.mark.task("05-vocab-parallelism/lm-head")
 @pytest.mark.timeout(180)
-def test_lm_head(impl, run_ranks, world_size):
-    generator = torch.Generator().manual_seed(50 + world_size)
-    table, hidden = torch.randn(VOCAB, HIDDEN, generator=generator), torch.randn(POSITIONS, HIDDEN, generator=generator)
-    results = run_ranks(_lm_head_job, impl=impl, hidden=hidden, table=table)
-    # Each rank's matmul is smaller than the full one: its float rounding may differ slightly.
-    assert_ranks_close(f"parallel_lm_head (V={VOCAB}, tp={world_size}, logits = hidden @ W.T)",
-                       values(results), F.linear(hidden, table))
-    assert_counts("parallel_lm_head", results, all_gather=1)
+@pytest.mark.parametrize("positions", [1, 3])
+@pytest.mark.parametrize("dtype,tp", CASES, ids=[f"{d}-{t}" for d, t in CASES])
+def test_lm_head(impl, run_ranks, world_size, dtype, tp, positions):
+    tp_size = world_size if tp == "world" else 1
+    generator = torch.Generator().manual_seed(50 + world_size + positions)
+    table = torch.randn(VOCAB, HIDDEN, generator=generator).to(DTYPES[dtype])
+    hidden = torch.randn(positions, HIDDEN, generator=generator).to(DTYPES[dtype])
+    results = run_ranks(_lm_head_job, impl=impl, tp_size=tp_size, hidden=hidden, table=table)
+    what = f"parallel_lm_head ({dtype}, V={VOCAB}, tp={tp_size}, {positions} positions, logits = hidden @ W.T)"
+    # whole dot products of HIDDEN terms, rounded once into the dtype
+    assert_ranks_close(what, [r.value[0] for r in results], F.linear(hidden.double(), table.double()), DTYPES[dtype],
+                       tolerance(DTYPES[dtype], HIDDEN, roundings=1))
+    assert_unchanged(what, [r.value[1] for r in results])
+    assert_collectives(what, results, {SEAM_ALL_GATHER: 1})
+
+
+@pytest.mark.task("05-vocab-parallelism/vocab-embedding")
+def test_vocab_embedding_rejects_a_wrong_shard(impl):
+    ids, shard = torch.arange(VOCAB), torch.randn(VOCAB - 1, HIDDEN)  # at tp = 1 the shard is the whole table
+    assert_value_error(f"vocab_parallel_embedding given 10 rows for V={VOCAB} at tp=1",
+                       lambda: adapters.vocab_parallel_embedding(impl, ids, shard, VOCAB))
+
+
+@pytest.mark.task("05-vocab-parallelism/lm-head")
+def test_lm_head_rejects_a_wrong_shard(impl):
+    hidden, shard = torch.randn(2, HIDDEN), torch.randn(VOCAB + 1, HIDDEN)
+    assert_value_error(f"parallel_lm_head given 12 rows for V={VOCAB} at tp=1",
+                       lambda: adapters.parallel_lm_head(impl, hidden, shard, VOCAB))

@@ -1,5 +1,8 @@
-"""Grades chapter 07: the tensor-parallel MLP on real ranks against one plain MLP, and the local
-sizes of a decoder layer for Llama-3.1-8B, SmolLM2-135M and the tiny test Llama (replicated KV)."""
+"""Grades chapter 07: the tensor-parallel MLP on real ranks against one plain float64 MLP (fp32 and
+bf16, 4 tokens - the GPU's small-batch path - and 9, tp = 1 and the world size's ranks), and the
+local sizes of a decoder layer for Llama-3.1-8B, SmolLM2-135M, Qwen3-0.6B (head_dim != hidden /
+heads), the tiny test Llama (more ranks than KV heads, a vocabulary no tp divides) and a config
+without num_key_value_heads."""
 
 from __future__ import annotations
 
@@ -8,35 +11,69 @@ import torch
 import torch.nn.functional as F
 
 from exercises.grader import adapters
-from exercises.grader.checks import assert_counts, assert_ranks_close, values
-from exercises.grader.configs import LLAMA_31_8B, SMOLLM2_135M, TINY_LLAMA
+from exercises.grader.checks import (
+    DTYPES,
+    SEAM_ALL_REDUCE,
+    assert_collectives,
+    assert_ranks_close,
+    assert_unchanged,
+    assert_value_error,
+    tolerance,
+    watch,
+)
+from exercises.grader.configs import LLAMA_31_8B, QWEN3_06B, SMOLLM2_135M, TINY_LLAMA
 from exercises.grader.outcomes import WrongAnswer
-from exercises.grader.ranks import RankContext
+from exercises.grader.ranks import RankContext, tp_view
 
-TOKENS, HIDDEN, INTERMEDIATE = 4, 8, 12
+HIDDEN, INTERMEDIATE = 8, 12
+MLP_CASES = [(dtype, tokens, tp) for dtype in DTYPES for tokens in (4, 9) for tp in ("world", "tp1")]
 
 
-def _mlp_job(ctx: RankContext, impl: str, x, gate, up, down):
-    to = lambda t: t.to(ctx.device)  # noqa: E731
-    return adapters.tp_mlp_forward(impl, to(x), to(gate), to(up), to(down)).cpu()
+def _mlp_job(ctx: RankContext, impl: str, tp_size: int, x, gate, up, down):
+    rank = ctx.rank if tp_size > 1 else 0
+    inputs = {"x": x.to(ctx.device), "gate": gate.to(ctx.device), "up": up.to(ctx.device), "down": down.to(ctx.device)}
+    with tp_view(rank, tp_size):
+        out, changed = watch(inputs, lambda: adapters.tp_mlp_forward(impl, *inputs.values()))
+    return (out.cpu() if isinstance(out, torch.Tensor) else out), changed
+
+
+@pytest.mark.task("07-tp-decoder-layer/tp-mlp", weight=2)
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("dtype,tokens,tp", MLP_CASES, ids=[f"{d}-{n}tok-{t}" for d, n, t in MLP_CASES])
+def test_tp_mlp(impl, run_ranks, world_size, dtype, tokens, tp):
+    tp_size = world_size if tp == "world" else 1
+    generator = torch.Generator().manual_seed(70 + world_size + tokens)
+    x = torch.randn(tokens, HIDDEN, generator=generator).to(DTYPES[dtype])
+    gate, up = (torch.randn(INTERMEDIATE, HIDDEN, generator=generator).to(DTYPES[dtype]) for _ in range(2))
+    down = torch.randn(HIDDEN, INTERMEDIATE, generator=generator).to(DTYPES[dtype])
+    results = run_ranks(_mlp_job, impl=impl, tp_size=tp_size, x=x, gate=gate, up=up, down=down)
+    x64, gate64, up64, down64 = (t.double() for t in (x, gate, up, down))
+    expected = F.linear(F.silu(F.linear(x64, gate64)) * F.linear(x64, up64), down64)
+    what = f"tp_mlp_forward ({dtype}, {tokens} tokens, tp={tp_size})"
+    # gate/up, silu * up and the partial sums are each rounded into the dtype, then tp partials added
+    assert_ranks_close(what, [r.value[0] for r in results], expected, DTYPES[dtype],
+                       tolerance(DTYPES[dtype], INTERMEDIATE, roundings=2 * tp_size + 4))
+    assert_unchanged(what, [r.value[1] for r in results])
+    assert_collectives(what, results, {SEAM_ALL_REDUCE: 1})
+
+
+def _uneven_job(ctx: RankContext, impl: str) -> None:
+    x, down = torch.randn(2, HIDDEN), torch.randn(HIDDEN, 10)
+    gate, up = torch.randn(10, HIDDEN), torch.randn(10, HIDDEN)
+    with tp_view(0, 4):  # the check must come before any collective: nothing runs on the other ranks
+        assert_value_error("tp_mlp_forward with intermediate_size 10 at tp=4",
+                           lambda: adapters.tp_mlp_forward(impl, x, gate, up, down), mentions="intermediate_size")
 
 
 @pytest.mark.task("07-tp-decoder-layer/tp-mlp")
 @pytest.mark.timeout(180)
-def test_tp_mlp(impl, run_ranks, world_size):
-    generator = torch.Generator().manual_seed(70 + world_size)
-    x = torch.randn(TOKENS, HIDDEN, generator=generator)
-    gate, up = torch.randn(INTERMEDIATE, HIDDEN, generator=generator), torch.randn(INTERMEDIATE, HIDDEN, generator=generator)
-    down = torch.randn(HIDDEN, INTERMEDIATE, generator=generator)
-    results = run_ranks(_mlp_job, impl=impl, x=x, gate=gate, up=up, down=down)
-    expected = F.linear(F.silu(F.linear(x, gate)) * F.linear(x, up), down)
-    # down_proj's partial sums are added by the all-reduce: another summation order than one matmul.
-    assert_ranks_close(f"tp_mlp_forward (tp={world_size})", values(results), expected, rtol=1e-4, atol=1e-4)
-    assert_counts("tp_mlp_forward", results, all_reduce=1)
+def test_tp_mlp_rejects_an_intermediate_size_tp_does_not_divide(impl, run_ranks):
+    run_ranks(_uneven_job, impl=impl)
 
 
 def _expected_shapes(config: dict, tp: int, dtype_bytes: int) -> dict[str, int]:
-    heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
+    heads = config["num_attention_heads"]
+    kv = config.get("num_key_value_heads") or heads
     head_dim = config.get("head_dim") or config["hidden_size"] // heads
     q_local, kv_local = heads // tp, max(1, kv // tp)
     return {
@@ -47,8 +84,10 @@ def _expected_shapes(config: dict, tp: int, dtype_bytes: int) -> dict[str, int]:
     }
 
 
+MHA = {k: v for k, v in TINY_LLAMA.items() if k != "num_key_value_heads"}  # absent: as many as the heads
 SHAPE_CASES = [("llama-3.1-8b", LLAMA_31_8B, tp, 2) for tp in (1, 2, 4, 8)] + [
-    ("smollm2-135m", SMOLLM2_135M, 3, 4), ("tiny-llama", TINY_LLAMA, 4, 4), ("tiny-llama", TINY_LLAMA, 8, 2)]
+    ("smollm2-135m", SMOLLM2_135M, 3, 4), ("qwen3-0.6b", QWEN3_06B, 2, 2), ("qwen3-0.6b", QWEN3_06B, 16, 2),
+    ("tiny-llama", TINY_LLAMA, 4, 4), ("tiny-llama", TINY_LLAMA, 8, 2), ("tiny-mha", MHA, 4, 2)]
 
 
 @pytest.mark.task("07-tp-decoder-layer/local-shapes")
@@ -63,9 +102,19 @@ def test_local_shapes(impl, model, config, tp, dtype_bytes):
         raise WrongAnswer(f"local_shapes({model}, tp={tp}, {dtype_bytes}-byte elements):\n  " + "\n  ".join(wrong))
 
 
+BAD_TP = [("smollm2-135m", SMOLLM2_135M, 2, "1, 3"), ("tiny-llama", TINY_LLAMA, 3, "1, 2, 4, 8"),
+          ("12 heads, 8 kv", {**TINY_LLAMA, "num_attention_heads": 12, "num_key_value_heads": 8}, 3, "1, 2, 4")]
+
+
 @pytest.mark.task("07-tp-decoder-layer/local-shapes")
-def test_local_shapes_rejects_bad_tp(impl):
-    with pytest.raises(ValueError) as error:
-        adapters.local_shapes(impl, dict(SMOLLM2_135M), 2, 2)
-    if "1, 3" not in str(error.value):
-        raise WrongAnswer(f"the error for SmolLM2 at tp=2 should list the valid sizes '1, 3': {error.value}")
+@pytest.mark.parametrize("model,config,tp,valid", BAD_TP, ids=[f"{m}-tp{t}" for m, _, t, _ in BAD_TP])
+def test_local_shapes_rejects_bad_tp(impl, model, config, tp, valid):
+    assert_value_error(f"local_shapes({model}, tp={tp})", lambda: adapters.local_shapes(impl, dict(config), tp, 2),
+                       mentions=valid)
+
+
+@pytest.mark.task("07-tp-decoder-layer/local-shapes")
+def test_local_shapes_names_a_missing_key(impl):
+    config = {k: v for k, v in LLAMA_31_8B.items() if k != "intermediate_size"}
+    assert_value_error("local_shapes of a config without intermediate_size",
+                       lambda: adapters.local_shapes(impl, config, 2, 2), mentions="intermediate_size")

@@ -10,6 +10,7 @@ import random
 import pytest
 
 from exercises.grader import adapters
+from exercises.grader.checks import assert_value_error
 from exercises.grader.configs import LLAMA_31_8B, SMOLLM2_135M
 from exercises.grader.outcomes import WrongAnswer
 
@@ -52,12 +53,14 @@ def test_all_reduce_bytes_per_token(impl):
 def test_ring_factor(impl):
     for tp in range(1, 9):
         _check(impl, "ring_factor", (tp,), 2 * (tp - 1) / tp)
+    assert_value_error("ring_factor(0)", lambda: adapters.comm_volume(impl, "ring_factor", 0))
 
 
 @pytest.mark.task(TASK)
 def test_sent_bytes_per_rank_per_token(impl):
     for tp, kib in ((2, 520), (4, 780), (8, 910)):  # seed 004's table
         _check(impl, "sent_bytes_per_rank_per_token", (LLAMA_31_8B, tp, 2), kib * KIB, f"= {kib} KiB (seed 004)")
+    _check(impl, "sent_bytes_per_rank_per_token", (LLAMA_31_8B, 1, 2), 0, "(tp = 1 sends nothing)")
     for config in _random_configs():
         tp = random.choice([2, 3, 4, 8])
         payload = (2 * config["num_hidden_layers"] + 1) * config["hidden_size"] * 4
@@ -73,3 +76,6 @@ def test_logits_gather_bytes_per_rank(impl):
                               f"seed 004 gives about {kib} KiB")
     for config in _random_configs():
         _check(impl, "logits_gather_bytes_per_rank", (config, 4, 2), config["vocab_size"] * 2 * 3 / 4)
+    _check(impl, "logits_gather_bytes_per_rank", (LLAMA_31_8B, 1, 2), 0, "(tp = 1 gathers nothing)")
+    assert_value_error("logits_gather_bytes_per_rank(tp_size=0)",
+                       lambda: adapters.comm_volume(impl, "logits_gather_bytes_per_rank", LLAMA_31_8B, 0, 2))

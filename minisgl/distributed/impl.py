@@ -79,17 +79,28 @@ class DistributedCommunicator:
         self.counts["all_reduce"] += 1
         if get_tp_info().size == 1:
             return x
+        # NCCL and PyNCCL refuse a strided tensor that gloo accepts: one rule for every backend.
+        x, plugin = x.contiguous(), self._plugin("all_reduce")
         if COMM_COUNTER.enabled:
-            return COMM_COUNTER.run("all_reduce", x, self.plugins[-1].all_reduce)
-        return self.plugins[-1].all_reduce(x)
+            return COMM_COUNTER.run("all_reduce", x, plugin.all_reduce)
+        return plugin.all_reduce(x)
 
     def all_gather(self, x: torch.Tensor) -> torch.Tensor:
         self.counts["all_gather"] += 1
         if get_tp_info().size == 1:
             return x
+        x, plugin = x.contiguous(), self._plugin("all_gather")
         if COMM_COUNTER.enabled:
-            return COMM_COUNTER.run("all_gather", x, self.plugins[-1].all_gather)
-        return self.plugins[-1].all_gather(x)
+            return COMM_COUNTER.run("all_gather", x, plugin.all_gather)
+        return plugin.all_gather(x)
+
+    def _plugin(self, op: str) -> DistributedImpl:
+        if not self.plugins:
+            raise RuntimeError(
+                f"minisgl.distributed.{op} at tp size {get_tp_info().size} needs a process group, and this process "
+                "has joined none: run it on real ranks (set_tp_info alone does not connect them)"
+            )
+        return self.plugins[-1]
 
 
 _COMM = DistributedCommunicator()

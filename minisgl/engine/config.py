@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from minisgl.distributed import DistributedInfo
+
+if TYPE_CHECKING:
+    from minisgl.layers.tp_ops import TPOps
 
 
 @dataclass
@@ -35,6 +39,8 @@ class EngineConfig:
     comm_stats_dir: str | None = None  # count bytes and time of every collective; each rank writes a JSON here
     overlap_schedule: bool | None = None  # prepare step N+1 while the device runs step N;
     # None: on for CUDA, off for CPU (True forces it on a CPU too, for tests)
+    tp_ops: TPOps | None = None  # another implementation of the TP layers' steps and of the loader's
+    # shard-then-merge (minisgl/layers/tp_ops.py): the course's capstone plugs a learner's in; None: ours
 
     @property
     def local_world_size(self) -> int:

@@ -29,7 +29,7 @@ from minisgl.distributed import (
 )
 from minisgl.distributed.rendezvous import bind_collectives_towards, parse_tcp_addr, tcp_store
 from minisgl.kvcache import KVCachePool
-from minisgl.layers import local_kv_heads
+from minisgl.layers import local_kv_heads, use_tp_ops
 from minisgl.models.config import ModelConfig
 from minisgl.models.registry import create_model
 from minisgl.models.weight import load_dummy_weights, load_weights
@@ -64,6 +64,7 @@ class Engine:
         self.model_path = Path(config.model_path)
         tp = config.tp_info
         set_tp_info(tp.rank, tp.size)  # first: every layer constructor reads it
+        use_tp_ops(config.tp_ops)  # None: the layers' and the loader's own code (chapter 15)
         self.model_config = ModelConfig.from_dir(self.model_path)
         self.model_config.check_tp_size(tp.size)
         self.device = _bind_device(config)
@@ -240,6 +241,7 @@ class Engine:
             self.graph_runner.destroy()  # graphs hold captured collectives: before the communicators
             self.graph_runner = None
         destroy_distributed()
+        use_tp_ops(None)
 
     def _write_comm_stats(self) -> None:
         """What the communication counter saw on this rank, as `comm-tp{rank}.json` in `comm_stats_dir`

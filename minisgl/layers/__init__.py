@@ -1,5 +1,6 @@
 """Tensor-parallel building blocks: each computes its local shape from `get_tp_info()` and
-communicates only through `minisgl.distributed` (chapters 01, 04, 05, 07)."""
+communicates only through `minisgl.distributed` (chapters 01, 04, 05, 07); `tp_ops` lets the
+capstone (chapter 15) replace their TP steps."""
 
 from .activation import silu_and_mul
 from .attention import AttentionLayer
@@ -17,6 +18,7 @@ from .linear import (
 )
 from .norm import RMSNorm
 from .rotary import RotaryEmbedding
+from .tp_ops import TPOps, custom_tp_ops, use_tp_ops
 
 __all__ = [
     "AttentionLayer",
@@ -30,10 +32,13 @@ __all__ = [
     "ReplicatedLinear",
     "RotaryEmbedding",
     "RowParallelLinear",
+    "TPOps",
     "VocabParallelEmbedding",
+    "custom_tp_ops",
     "divide",
     "kv_head_offset",
     "local_kv_heads",
     "silu_and_mul",
+    "use_tp_ops",
     "vocab_shard_size",
 ]

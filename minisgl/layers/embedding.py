@@ -15,6 +15,7 @@ from minisgl.distributed import all_gather, all_reduce, get_tp_info
 
 from .base import BaseOP
 from .linear import linear
+from .tp_ops import custom_tp_ops
 
 
 def vocab_shard_size(vocab_size: int, tp_size: int) -> int:
@@ -34,6 +35,9 @@ class VocabParallelEmbedding(BaseOP):
         self.weight = torch.empty(self.shard_size, hidden_size)  # [shard_size, hidden]
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        ops = custom_tp_ops()
+        if ops is not None:  # the capstone's seam (tp_ops.py)
+            return ops.vocab_embedding(input_ids, self.weight, self.vocab_size)
         if get_tp_info().size == 1:  # the whole table is here; the seam's all-reduce is the identity
             return all_reduce(F.embedding(input_ids, self.weight))
         in_shard = (input_ids >= self.vocab_start) & (input_ids < self.vocab_end)  # [tokens]
@@ -66,6 +70,9 @@ class ParallelLMHead(BaseOP):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """[n, hidden] -> [n, vocab_size]: only the positions that will be sampled come in."""
+        ops = custom_tp_ops()
+        if ops is not None:  # the capstone's seam (tp_ops.py)
+            return ops.lm_head(hidden_states, self.local_weight(), self.vocab_size)
         local_logits = linear(hidden_states, self.local_weight())  # [n, shard_size]
         tp_size = get_tp_info().size
         gathered = all_gather(local_logits)  # [tp * n, shard_size], rank-major

@@ -24,6 +24,7 @@ from minisgl.kernel import use_small_batch_kernel
 from .activation import silu_and_mul
 from .base import BaseOP
 from .norm import RMSNorm
+from .tp_ops import custom_tp_ops
 
 
 def divide(total: int, parts: int, what: str) -> int:
@@ -61,13 +62,17 @@ class _LinearBase(BaseOP):
         self.bias = torch.empty(local_out) if has_bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The column-parallel forward (a replicated layer is its tp = 1 case): no communication."""
+        ops = custom_tp_ops()
+        if ops is not None:  # the capstone's seam (tp_ops.py)
+            return ops.column_linear(x, self.weight, self.bias)
         return linear(x, self.weight, self.bias)
 
     def forward_rms_normed(
         self, norm: RMSNorm, x: torch.Tensor, residual: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """self(norm(x + residual)), and x + residual (the residual stream carried on)."""
-        if use_small_batch_kernel(x):
+        if use_small_batch_kernel(x) and custom_tp_ops() is None:
             from minisgl.kernel.triton.linear import small_batch_linear
 
             y, summed = small_batch_linear(x, self.weight, self.bias, "rms_norm", norm.weight, norm.eps, residual)
@@ -136,11 +141,14 @@ class RowParallelLinear(_LinearBase):
         super().__init__(self.local_input_size, output_size, has_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ops = custom_tp_ops()
+        if ops is not None:  # the capstone's seam (tp_ops.py)
+            return ops.row_linear(x, self.weight, self.bias)
         return self._sum_partials(linear(x, self.weight))
 
     def forward_silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """self(silu(gate) * up) for the fused gate_up output [tokens, 2 * in / tp]."""
-        if use_small_batch_kernel(gate_up):
+        if use_small_batch_kernel(gate_up) and custom_tp_ops() is None:
             from minisgl.kernel.triton.linear import small_batch_linear
 
             return self._sum_partials(small_batch_linear(gate_up, self.weight, None, "silu_and_mul")[0])

@@ -16,7 +16,7 @@ import safetensors
 import torch
 from tqdm.auto import tqdm
 
-from minisgl.layers import kv_head_offset, local_kv_heads, vocab_shard_size
+from minisgl.layers import custom_tp_ops, kv_head_offset, local_kv_heads, vocab_shard_size
 
 from .config import ModelConfig, ModelError
 
@@ -145,6 +145,24 @@ def load_weights(
         disable=not progress,
         leave=False,
     )
+    yield from _to_local(tensors, config, rank, tp_size, dtype, device)
+
+
+def _to_local(
+    tensors: Iterable[tuple[str, torch.Tensor]],
+    config: ModelConfig,
+    rank: int,
+    tp_size: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Full checkpoint tensors -> this rank's engine tensors on `device`, through `shard_and_merge`
+    (or the capstone's replacement for it, minisgl/layers/tp_ops.py)."""
+    ops = custom_tp_ops()
+    if ops is not None:
+        for name, local in ops.shard_and_merge(tensors, rank, tp_size, config):
+            yield name, local.to(dtype=dtype, device=device)
+        return
     for name, local in shard_and_merge(tensors, config, rank, tp_size, dtype):
         yield name, local.to(device)
 
@@ -201,4 +219,4 @@ def load_dummy_weights(
     config: ModelConfig, rank: int, tp_size: int, dtype: torch.dtype, device: torch.device, seed: int
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Like `load_weights`, from `dummy_checkpoint` instead of files: the same shard-then-merge."""
-    yield from shard_and_merge(dummy_checkpoint(config, seed, device), config, rank, tp_size, dtype)
+    yield from _to_local(dummy_checkpoint(config, seed, device), config, rank, tp_size, dtype, device)

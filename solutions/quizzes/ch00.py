@@ -1,32 +1,46 @@
 """Chapter 00 quiz (getting started): the map of processes and channels (seed 000, section 1).
 
-Reference answers. Graded by `pytest exercises --impl solutions -m ch00`.
-Numbers: an int or float in the unit the question asks for. Choices: the letter, e.g. "b".
-Short answers: a sentence or two in your own words (they are checked for the key ideas).
+Reference answers: the autograder's keys (never part of a student release), graded by
+`pytest exercises --impl solutions -m ch00`.
+choice: one letter, e.g. "b".  multi: every letter that applies, e.g. "bd" (the exact set scores).
+order: every letter once, in your order, e.g. "dacb".  number: an int or float in the unit asked.
 """
 
 # Q1 (choice). Over which channel does rank 0 pass the bytes of new requests to the other scheduler ranks?
-#   a) an NCCL / PyNCCL all-gather   b) a gloo broadcast   c) ZMQ PUB/SUB
-#   d) each rank reads the tokenizer's socket itself
-Q1 = "c"
+#   a) an NCCL / PyNCCL all-gather of the encoded messages
+#   b) a gloo broadcast of the message bytes
+#   c) each rank reads the tokenizer's socket on its own
+#   d) ZMQ PUB/SUB from rank 0
+Q1 = "d"
 
 # Q2 (choice). Over which channel does the *number* of new messages of a step travel?
-#   a) ZMQ PUSH/PULL   b) a broadcast on the gloo CPU group   c) an NCCL all-reduce   d) HTTP
-Q2 = "b"
+#   a) ZMQ PUSH/PULL from the tokenizer
+#   b) an NCCL all-reduce on the GPU
+#   c) a broadcast on the gloo CPU group
+#   d) an HTTP request to every rank
+Q2 = "c"
 
 # Q3 (choice). What adds up the partial sums of a row-parallel layer during the forward pass?
-#   a) the gloo CPU group, always   b) ZMQ
-#   c) minisgl.distributed.all_reduce: gloo on CPU, NCCL or PyNCCL on GPUs
-#   d) rank 0, which then broadcasts the result
-Q3 = "c"
+#   a) minisgl.distributed.all_reduce
+#   b) the gloo CPU group, whatever the device
+#   c) rank 0, which then broadcasts the sum
+#   d) ZMQ, which carries every tensor between the ranks
+Q3 = "a"
 
 # Q4 (choice). Which scheduler ranks talk to the tokenizer and the detokenizer?
-#   a) every rank   b) rank 0 only   c) the last rank   d) none: the API server talks to all ranks
+#   a) every rank, each for its own requests
+#   b) rank 0 only
+#   c) the last rank, which holds the LM head
+#   d) none: the API server talks to every rank
 Q4 = "b"
 
 # Q5 (number). `python -m minisgl --tp-size 4` starts how many scheduler processes?
 Q5 = 4
 
-# Q6 (short answer). With several GPUs every rank runs its own scheduler. What does each one do, and
-# why do the ranks still agree on every batch?
-Q6 = "Each scheduler runs the same loop and the forward pass on its own shard of the model. Only rank 0 receives requests; it broadcasts them, so every rank sees the same messages in the same order and takes the same decisions."
+# Q6 (multi). With several ranks, every rank runs its own scheduler. Which statements are true?
+#   a) each rank runs the forward pass on its own shard of the weights
+#   b) each rank pulls new requests from the tokenizer itself
+#   c) rank 0 forwards every new message, so all ranks see the same messages in the same order
+#   d) the ranks agree on every batch because they run the same scheduling code on the same inputs
+#   e) rank 0 decides each batch and sends it to the other ranks
+Q6 = "acd"

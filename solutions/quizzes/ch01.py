@@ -1,8 +1,9 @@
 """Chapter 01 quiz (TP first principles): column and row parallel linear layers (seed 003, 2-3).
 
-Reference answers. Graded by `pytest exercises --impl solutions -m ch01`.
-Numbers: an int or float in the unit the question asks for. Choices: the letter, e.g. "b".
-Short answers: a sentence or two in your own words (they are checked for the key ideas).
+Reference answers: the autograder's keys (never part of a student release), graded by
+`pytest exercises --impl solutions -m ch01`.
+choice: one letter, e.g. "b".  multi: every letter that applies, e.g. "bd" (the exact set scores).
+order: every letter once, in your order, e.g. "dacb".  number: an int or float in the unit asked.
 """
 
 # Q1 (number). A column-parallel layer has W of shape [out=4096, in=1024] (PyTorch layout). At tp = 4,
@@ -17,19 +18,30 @@ Q2 = 1024
 Q3 = 1024
 
 # Q4 (choice). An MLP runs column-parallel gate/up, then row-parallel down. Where is the communication?
-#   a) after gate/up only   b) after down only: one all-reduce   c) after both   d) nowhere
-Q4 = "b"
+#   a) after gate/up only: an all-gather
+#   b) after both layers: two all-reduces
+#   c) nowhere: the shards line up
+#   d) after down only: one all-reduce
+Q4 = "d"
 
 # Q5 (choice). Why is a row-parallel layer's bias added after the all-reduce?
-#   a) it is faster   b) added before, the sum would count it tp times
-#   c) the bias is split by rank   d) NCCL cannot add a bias
-Q5 = "b"
+#   a) added before it, the sum would count it tp times
+#   b) the bias is itself split across the ranks
+#   c) NCCL cannot add a bias during a reduction
+#   d) adding it afterwards saves one kernel launch per layer
+Q5 = "a"
 
 # Q6 (choice). What does rank r hold after a column-parallel layer?
-#   a) the full output   b) a slice of the output features   c) a partial sum of the output
-#   d) a slice of the tokens
-Q6 = "b"
+#   a) the full output, like every other rank
+#   b) a partial sum of the full output
+#   c) a slice of the output features
+#   d) a slice of the tokens, all features
+Q6 = "c"
 
-# Q7 (short answer). For a column-parallel and a row-parallel linear at tp = t: which dimension of the
-# weight does each split, what are the input and output shapes, and where does communication happen?
-Q7 = "Column parallel splits the output features (W rows, dim 0): [tokens, in] -> [tokens, out/t], no communication. Row parallel splits the input features (dim 1): [tokens, in/t] -> partial [tokens, out], then an all-reduce sums the partial results."
+# Q7 (multi). A linear layer with W [out, in] at tp = t. Which statements are true?
+#   a) a row-parallel rank's weight shard is [out / t, in]
+#   b) a column-parallel rank's weight shard is [out / t, in]
+#   c) a column-parallel layer ends with an all-reduce of [tokens, out]
+#   d) a column-parallel rank needs the whole input and produces [tokens, out / t]
+#   e) a row-parallel rank produces a partial [tokens, out] that an all-reduce sums
+Q7 = "bde"

@@ -1,37 +1,52 @@
 """Chapter 06 quiz (rank-0 broadcast): keeping every rank on the same requests (seed 000, 3.4).
 
-Reference answers. Graded by `pytest exercises --impl solutions -m ch06`.
-Numbers: an int or float in the unit the question asks for. Choices: the letter, e.g. "b".
-Short answers: a sentence or two in your own words (they are checked for the key ideas).
+Reference answers: the autograder's keys (never part of a student release), graded by
+`pytest exercises --impl solutions -m ch06`.
+choice: one letter, e.g. "b".  multi: every letter that applies, e.g. "bd" (the exact set scores).
+order: every letter once, in your order, e.g. "dacb".  number: an int or float in the unit asked.
 """
 
 # Q1 (choice). What does rank 0 broadcast over the gloo group in each step?
-#   a) the messages   b) how many messages there are   c) the next Batch   d) the KV cache
-Q1 = "b"
+#   a) the encoded messages themselves
+#   b) the next Batch it scheduled
+#   c) how many new messages there are
+#   d) its KV cache page table
+Q1 = "c"
 
 # Q2 (choice). Why does rank 0 broadcast the count even when it is 0?
-#   a) every rank must join the same collective each step; a skipped one leaves the others waiting
-#      or reading the next step's count   b) gloo rejects empty steps   c) for logging   d) it does not
-Q2 = "a"
+#   a) gloo refuses to run a collective step that carries no data
+#   b) every rank logs the count and needs a value
+#   c) it does not: rank 0 skips it when it has nothing
+#   d) every rank must join the same collective each step
+Q2 = "d"
 
 # Q3 (choice). Why do the message bytes go over ZMQ rather than a second gloo broadcast?
-#   a) the receivers do not know the sizes in advance; ZMQ carries any size without a second collective
-#   b) gloo cannot send uint8   c) ZMQ encrypts   d) ZMQ is the only channel between processes
-Q3 = "a"
+#   a) gloo cannot send uint8 tensors
+#   b) the receivers do not know the sizes in advance
+#   c) ZMQ encrypts what it carries
+#   d) ZMQ is the only channel that connects the scheduler processes
+Q3 = "b"
 
 # Q4 (choice). How do all ranks make the same scheduling decisions?
-#   a) same messages, same order, one deterministic scheduler (decode batches sorted by uid)
-#   b) rank 0 broadcasts the whole Batch every step   c) every rank reads the tokenizer
-#   d) they vote
+#   a) the same messages, in the same order, into one deterministic scheduler
+#   b) rank 0 broadcasts the whole Batch it scheduled to the other ranks every step
+#   c) every rank reads the tokenizer's socket and sorts what it gets
+#   d) the ranks vote on each batch with a gloo all-reduce of their choices
 Q4 = "a"
 
 # Q5 (choice). A PUB socket drops messages for subscribers that have not connected yet. What does minisgl do?
-#   a) resends every message   b) rank 0 waits for tp - 1 subscriptions on its XPUB socket, then a barrier
-#   c) sleeps one second   d) nothing, messages are never lost
-Q5 = "b"
+#   a) rank 0 waits for tp - 1 subscriptions, then all ranks meet at a barrier
+#   b) rank 0 resends every message until every rank has acknowledged it
+#   c) rank 0 sleeps one second before it publishes the first message
+#   d) nothing: a ZMQ socket never loses a message that it was given to send out
+Q5 = "a"
 
 # Q6 (number). In one step rank 0 pulled 3 messages. How many gloo broadcasts happen in that step?
 Q6 = 1
 
-# Q7 (short answer). How do all ranks end up working on the same batch?
-Q7 = "Only rank 0 receives from the tokenizer. Each step it broadcasts the message count over gloo and publishes the bytes over ZMQ PUB/SUB, so every rank gets the same messages in the same order and the same scheduler makes the same batch."
+# Q7 (order). Put one scheduler step of a tp = 2 run in order.
+#   a) rank 1 reads that many payloads from its SUB socket
+#   b) rank 0 takes the new messages from the tokenizer's socket
+#   c) every rank runs the same scheduler on the same messages
+#   d) rank 0 broadcasts the count over gloo, then publishes each payload
+Q7 = "bdac"

@@ -1,17 +1,20 @@
 """Chapter 07 quiz (the TP decoder layer): where the two all-reduces sit (seed 003 12, seed 004).
 
-Reference answers. Graded by `pytest exercises --impl solutions -m ch07`.
-Numbers: an int or float in the unit the question asks for. Choices: the letter, e.g. "b".
-Short answers: a sentence or two in your own words (they are checked for the key ideas).
+Reference answers: the autograder's keys (never part of a student release), graded by
+`pytest exercises --impl solutions -m ch07`.
+choice: one letter, e.g. "b".  multi: every letter that applies, e.g. "bd" (the exact set scores).
+order: every letter once, in your order, e.g. "dacb".  number: an int or float in the unit asked.
 """
 
 # Q1 (number). How many all-reduces does one decoder layer run at tp > 1?
 Q1 = 2
 
 # Q2 (choice). Where are they?
-#   a) after o_proj and after down_proj   b) after qkv_proj and after gate_up_proj
-#   c) after attention and after each RMSNorm   d) only after the MLP
-Q2 = "a"
+#   a) after qkv_proj and after gate_up_proj
+#   b) after attention and after each RMSNorm
+#   c) after o_proj and after down_proj
+#   d) both after the MLP, none in attention
+Q2 = "c"
 
 # Q3 (number). Llama-3.1-8B (32 layers, 8 KV heads, head_dim 128), bf16 cache, tp = 2: KiB of KV
 # cache per token on one rank?
@@ -24,15 +27,23 @@ Q4 = 16
 Q5 = 1
 
 # Q6 (choice). Why does attention itself need no communication?
-#   a) each rank's query heads attend only with KV heads that rank holds; heads are independent
-#   b) attention is replicated on every rank   c) softmax runs an all-reduce internally
-#   d) rank 0 computes it for everyone
-Q6 = "a"
+#   a) attention is replicated on every rank
+#   b) a rank's query heads use only KV heads it holds
+#   c) softmax runs an all-reduce inside it
+#   d) rank 0 computes attention for every rank
+Q6 = "b"
 
 # Q7 (choice). Why does silu(gate) * up need no communication?
-#   a) each rank holds gate and up rows for the same intermediate indices   b) SiLU is linear
-#   c) it runs on rank 0 only   d) it does: an all-gather
-Q7 = "a"
+#   a) SiLU is a linear function
+#   b) it runs on rank 0 only
+#   c) it does: an all-gather of gate and up must come first
+#   d) a rank holds gate and up for the same indices
+Q7 = "d"
 
-# Q8 (short answer). Why is a larger tp not always faster?
-Q8 = "Each rank computes less, but every layer still needs two all-reduces, so the share of communication grows with tp; whether it pays off depends on the interconnect (NVLink or PCIe), the model size and the batch."
+# Q8 (multi). Why is a larger tp not always faster? Which statements are true?
+#   a) every layer still needs its two all-reduces, whatever tp is
+#   b) a larger tp leaves less compute per rank to hide the communication behind
+#   c) the all-reduce payload per token shrinks as tp grows
+#   d) whether it pays depends on the interconnect, the model size and the batch
+#   e) a larger tp changes the greedy tokens, which then need checking
+Q8 = "abd"

@@ -1,6 +1,6 @@
 """The Triton kernels against the torch reference backend on a real GPU, at model-sized shapes:
 SmolLM2 (9 heads / 3 KV heads, d 64), Qwen3-0.6B (16 / 8, d 128), MQA (6 / 1), page sizes 1 and 16,
-prefixes up to 2k tokens, decode batches up to 64."""
+prefixes up to 2k tokens, decode batches up to 64; the small-batch GEMV on a strided (row-parallel) weight."""
 
 from __future__ import annotations
 
@@ -60,3 +60,22 @@ def test_store_kv_skips_negative_slots() -> None:
     assert torch.equal(k_cache[4], k[0]) and torch.equal(v_cache[9], v[2])
     untouched = [i for i in range(10) if i not in (4, 9)]
     assert bool((k_cache[untouched] == 7).all()) and bool((v_cache[untouched] == 7).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("rows", [1, 4])
+def test_small_batch_linear_takes_a_row_parallel_shard(rows: int, dtype: torch.dtype) -> None:
+    # What chapter 07 does: `down.chunk(tp, dim=1)[rank]`, a view whose rows lie `in` elements
+    # apart. Decode batches of <= 4 rows take the Triton GEMV through `linear()`; it once refused
+    # such a weight on GPUs while the CPU path took it.
+    pytest.importorskip("triton")
+    from minisgl.layers.linear import linear
+
+    generator = torch.Generator().manual_seed(3)
+    down = torch.randn(576, 1536, generator=generator).to("cuda", dtype)  # SmolLM2's down_proj, [hidden, inter]
+    shard = down.chunk(3, dim=1)[1]  # [576, 512], row stride 1536
+    x = torch.randn(rows, 512, generator=generator).to("cuda", dtype)
+    expected = torch.nn.functional.linear(x.float(), shard.float())
+    # bf16: one rounding of the output; fp32: sums of 512 terms in another order
+    torch.testing.assert_close(linear(x, shard).float(), expected, rtol=1e-2 if dtype == torch.bfloat16 else 1e-4,
+                               atol=5e-2 if dtype == torch.bfloat16 else 1e-3)

@@ -58,11 +58,12 @@ def _small_batch_linear_kernel(
     residual_ptr,  # [rows, K] (rms_norm with a residual)
     residual_out_ptr,  # [rows, K]: x + residual
     norm_weight_ptr,  # [K]
-    weight_ptr,  # [N, K] contiguous
+    weight_ptr,  # [N, K], each row contiguous; rows `w_row_stride` elements apart
     bias_ptr,  # [N]
     out_ptr,  # [rows, N]
     N,
     x_row_stride,
+    w_row_stride,
     residual_row_stride,
     eps,
     K: tl.constexpr,
@@ -79,7 +80,7 @@ def _small_batch_linear_kernel(
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N] output features
     col_mask = cols < N
     k = tl.arange(0, BLOCK_K)
-    w_rows = weight_ptr + cols[:, None].to(tl.int64) * K
+    w_rows = weight_ptr + cols[:, None].to(tl.int64) * w_row_stride
     # The weight is not written by any kernel: load its first tile before waiting for the input.
     w = tl.load(w_rows + k[None, :], mask=col_mask[:, None] & (k[None, :] < K), other=0.0)  # [BLOCK_N, BLOCK_K]
     wait_previous_kernel(USE_PDL)
@@ -120,15 +121,18 @@ def small_batch_linear(
     eps: float = 0.0,
     residual: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """prologue(x) @ weight.T + bias for x [rows, K] (a few rows: minisgl.kernel.SMALL_BATCH_ROWS)
-    (silu_and_mul: [rows, 2K]); weight [N, K]. Returns (y [rows, N], x + residual [rows, K] when
-    rms_norm had a residual)."""
+    """prologue(x) @ weight.T + bias for x [rows, K] (silu_and_mul: [rows, 2K]), a few rows
+    (minisgl.kernel.SMALL_BATCH_ROWS); weight [N, K], a slice of a bigger weight too.
+    Returns (y [rows, N], x + residual [rows, K] when rms_norm had a residual)."""
     code = PROLOGUES[prologue]
     rows, n, k = x.shape[0], weight.shape[0], weight.shape[1]
     if x.stride(-1) != 1:
         x = x.contiguous()
-    if weight.stride(-1) != 1 or weight.stride(0) != k:
-        raise ValueError("small_batch_linear needs a contiguous [N, K] weight")
+    if weight.stride(-1) != 1:
+        # The kernel streams each row of W with unit stride. A row-parallel shard cut from the full
+        # weight (`down.chunk(tp, dim=1)[rank]`) keeps that and only has a longer row stride, which
+        # the kernel takes as an argument; a transposed view does not: copy it.
+        weight = weight.contiguous()
     out = torch.empty(rows, n, dtype=x.dtype, device=x.device)
     residual_out = None
     if residual is not None:
@@ -142,7 +146,7 @@ def small_batch_linear(
     _small_batch_linear_kernel[(triton.cdiv(n, block_n), rows)](
         x, residual if residual is not None else x, residual_out if residual_out is not None else out,
         norm_weight if norm_weight is not None else weight, weight, bias if bias is not None else weight, out,
-        n, x.stride(0), residual.stride(0) if residual is not None else 0, eps,
+        n, x.stride(0), weight.stride(0), residual.stride(0) if residual is not None else 0, eps,
         K=k, PROLOGUE=code, HAS_RESIDUAL=residual is not None, HAS_BIAS=bias is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4, **pdl_launch_options(x),
     )

@@ -1,0 +1,145 @@
+"""What a grader rank records about collectives (chapter 00 explains the grader).
+
+While a learner's function runs, every collective it makes is logged with its group, dtype and
+device, whether it called torch.distributed directly or went through minisgl.distributed, so a
+test can check that the collective the chapter teaches is the one used, on the group it was given.
+All job long, each rank also counts the torch.distributed collectives it enters, in memory the
+grader shares: when a job hangs, that names the rank that never joined the collective another
+rank waits in.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+TORCH_COLLECTIVES = (
+    "broadcast", "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast_object_list",
+    "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter", "gather", "barrier", "send", "recv", "isend",
+    "irecv", "all_to_all", "all_to_all_single",
+)
+SEAM_COLLECTIVES = ("all_reduce", "all_gather")
+NOT_IN_A_COLLECTIVE = -1
+
+
+@dataclass(frozen=True)
+class Collective:
+    api: str  # "torch.distributed.broadcast" or "minisgl.distributed.all_reduce"
+    group: str  # the job's name for the group ("WORLD", "cpu", "side", "half"), else "another group"
+    dtype: str | None  # of the first tensor handed over
+    device: str | None
+
+
+def describe(api_index: int) -> str:
+    return f"torch.distributed.{TORCH_COLLECTIVES[api_index]}"
+
+
+def _first_tensor(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+        return value[0]
+    return None
+
+
+class Recorder:
+    """Installed once per grader rank, before any learner module is imported."""
+
+    def __init__(self, rank: int, progress: Any, groups: dict[str, Any]) -> None:
+        self.rank = rank
+        self.progress = progress  # shared ints: [2 * rank] collectives entered, [2 * rank + 1] the one it is in
+        self.group_names = {id(group): name for name, group in groups.items() if group is not None}
+        self.log: list[Collective] = []
+        self.recording = False
+        self._seam_depth = 0
+
+    def start_job(self) -> None:
+        self.log = []
+        self.progress[2 * self.rank], self.progress[2 * self.rank + 1] = 0, NOT_IN_A_COLLECTIVE
+
+    @property
+    def entered(self) -> int:
+        return self.progress[2 * self.rank]
+
+    def install(self) -> None:
+        import torch.distributed as dist
+
+        from minisgl.distributed.impl import DistributedCommunicator
+
+        for index, name in enumerate(TORCH_COLLECTIVES):
+            original = getattr(dist, name, None)
+            if original is not None:
+                setattr(dist, name, self._wrap_torch(index, original))
+        for name in SEAM_COLLECTIVES:
+            setattr(DistributedCommunicator, name, self._wrap_seam(name, getattr(DistributedCommunicator, name)))
+
+    def _group_name(self, group: Any) -> str:
+        import torch.distributed as dist
+
+        if group is None or group is dist.group.WORLD:
+            return self.group_names.get(id(dist.group.WORLD), "WORLD")
+        return self.group_names.get(id(group), "another group")
+
+    def _record(self, api: str, group: str, tensor: Any) -> None:
+        if self.recording and self._seam_depth == 0:
+            tensor = _first_tensor(tensor)
+            self.log.append(Collective(api, group, None if tensor is None else str(tensor.dtype).removeprefix("torch."),
+                                       None if tensor is None else tensor.device.type))
+
+    def _wrap_torch(self, index: int, original: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(original)
+
+        def collective(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind_partial(*args, **kwargs)
+            group = self._group_name(bound.arguments.get("group"))
+            first = next(iter(bound.arguments.values()), None)
+            self._record(describe(index), group, first)
+            self.progress[2 * self.rank] += 1
+            self.progress[2 * self.rank + 1] = index
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.progress[2 * self.rank + 1] = NOT_IN_A_COLLECTIVE
+
+        collective.__wrapped__ = original  # type: ignore[attr-defined]
+        return collective
+
+    def _wrap_seam(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        recorder = self
+
+        def seam(self: Any, x: Any) -> Any:
+            recorder._record(f"minisgl.distributed.{name}", "tp group", x)
+            recorder._seam_depth += 1  # the torch.distributed call inside is the seam's, not the learner's
+            try:
+                return original(self, x)
+            finally:
+                recorder._seam_depth -= 1
+
+        return seam
+
+
+_RECORDER: Recorder | None = None  # set in grader ranks only
+
+
+def install(recorder: Recorder) -> None:
+    global _RECORDER
+    recorder.install()
+    _RECORDER = recorder
+
+
+@contextmanager
+def learner_calls() -> Iterator[None]:
+    """Log the collectives made inside this block (the learner's function); a no-op outside ranks."""
+    if _RECORDER is None:
+        yield
+        return
+    _RECORDER.recording = True
+    try:
+        yield
+    finally:
+        _RECORDER.recording = False

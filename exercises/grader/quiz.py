@@ -1,0 +1,138 @@
+"""The chapter quizzes: questions read from the quiz files, keys from the reference answers.
+
+A quiz file (`exercises/quizzes/chNN.py`) is the one source of its questions: each is a comment
+`# Qn (kind). text`, its options one per line as `#   a) text`, then `Qn = None`. Four kinds, all
+machine-checkable, so no keyword salad can pass:
+
+- choice: one letter;                          1 point
+- number: an int or float, within 1 %;         1 point
+- multi:  every letter that applies, e.g. "bd"; 2 points, the exact set or nothing
+- order:  every letter once, in order, e.g. "cabd"; 2 points, the exact order or nothing
+
+The keys are the reference answers, `solutions/quizzes/chNN.py`: the instructor's repository and
+the autograder bundle have them; a student release does not, and there a well-formed answer is
+reported as submitted, to be graded by the autograder. No message ever shows a key.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+QUESTIONS_DIR = REPO_ROOT / "exercises" / "quizzes"
+KEYS_DIR = REPO_ROOT / "solutions" / "quizzes"
+POINTS = {"choice": 1.0, "number": 1.0, "multi": 2.0, "order": 2.0}
+NUMBER_REL_TOL = 0.01
+
+_HEADER = re.compile(r"^# (Q\d+) \((choice|number|multi|order)\)\. ", re.MULTILINE)
+_OPTION = re.compile(r"^#\s+([a-z])\) (.*)$")
+_CONTINUATION = re.compile(r"^#\s{4,}(\S.*)$")
+
+
+@dataclass(frozen=True)
+class Question:
+    chapter: str  # "05"
+    id: str  # "Q3"
+    kind: str  # choice | number | multi | order
+    options: tuple[tuple[str, str], ...]  # (letter, text), for choice, multi and order
+
+    @property
+    def points(self) -> float:
+        return POINTS[self.kind]
+
+    @property
+    def letters(self) -> str:
+        return "".join(letter for letter, _ in self.options)
+
+
+def parse(chapter: str, source: str) -> list[Question]:
+    """The questions of one quiz file, in order."""
+    questions = []
+    lines = source.splitlines()
+    for index, line in enumerate(lines):
+        header = _HEADER.match(line)
+        if not header:
+            continue
+        options: list[list[str]] = []
+        for follower in lines[index + 1:]:
+            if not follower.startswith("#") or _HEADER.match(follower):
+                break
+            if option := _OPTION.match(follower):
+                options.append([option.group(1), option.group(2)])
+            elif options and (more := _CONTINUATION.match(follower)):
+                options[-1][1] += " " + more.group(1)
+        kind = header.group(2)
+        if (kind == "number") != (not options):
+            raise ValueError(f"quizzes/ch{chapter}.py {header.group(1)}: a {kind} question "
+                             f"{'has no options' if options else 'takes no options'}")
+        questions.append(Question(chapter, header.group(1), kind, tuple((a, b) for a, b in options)))
+    return questions
+
+
+def _quiz_file(chapter: str) -> Path:
+    """Where the questions are read: the key file when there is one (a submission cannot rewrite it)."""
+    key_file = KEYS_DIR / f"ch{chapter}.py"
+    return key_file if key_file.is_file() else QUESTIONS_DIR / f"ch{chapter}.py"
+
+
+@cache
+def questions(chapter: str) -> list[Question]:
+    return parse(chapter, _quiz_file(chapter).read_text())
+
+
+def quiz_chapters() -> list[str]:
+    """The chapters that have a quiz."""
+    from .chapters import CHAPTERS
+
+    return [chapter for chapter in CHAPTERS if _quiz_file(chapter).is_file()]
+
+
+@cache
+def keys(chapter: str) -> dict[str, Any] | None:
+    """Qn -> the key, or None where this copy of the course has no keys (a student release)."""
+    path = KEYS_DIR / f"ch{chapter}.py"
+    if not path.is_file():
+        return None
+    namespace: dict[str, Any] = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 - the course's own key file
+    return {name: value for name, value in namespace.items() if re.fullmatch(r"Q\d+", name)}
+
+
+def _letters(answer: str) -> str:
+    return re.sub(r"[\s,;>.-]", "", answer.lower())
+
+
+def example(question: Question) -> str:
+    """The form an answer takes, the same for every question of a kind (never a key: tested)."""
+    return {"choice": "b", "multi": "bd", "order": question.letters[::-1]}[question.kind]
+
+
+def format_problem(question: Question, answer: Any) -> str | None:
+    """What is wrong with the *form* of an answer (never whether it is right), or None."""
+    if question.kind == "number":
+        if isinstance(answer, bool) or not isinstance(answer, (int, float)) or not math.isfinite(answer):
+            return f"answer with a number (an int or a float); got {answer!r}"
+        return None
+    allowed = question.letters
+    if not isinstance(answer, str) or not re.fullmatch(rf"[{allowed}]+", _letters(answer), re.IGNORECASE):
+        return f"answer with letters from {', '.join(allowed)} in a string, e.g. {example(question)!r}; got {answer!r}"
+    letters = _letters(answer)
+    if question.kind == "choice" and len(letters) != 1:
+        return f"answer with exactly one letter; got {answer!r}"
+    if question.kind == "order" and sorted(letters) != sorted(allowed):
+        return f"put every letter {', '.join(allowed)} exactly once, in your order; got {answer!r}"
+    return None
+
+
+def is_right(question: Question, answer: Any, key: Any) -> bool:
+    """Whether a well-formed answer matches the key."""
+    if question.kind == "number":
+        return math.isclose(answer, key, rel_tol=NUMBER_REL_TOL, abs_tol=1e-9)
+    if question.kind == "multi":
+        return set(_letters(answer)) == set(key)
+    return _letters(answer) == key

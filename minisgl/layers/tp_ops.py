@@ -1,0 +1,58 @@
+"""The engine's tensor-parallel steps as one replaceable set (chapter 15, the capstone).
+
+Every TP layer's forward comes down to one of four operations on this rank's shard (column linear,
+row linear with its all-reduce, vocab-parallel embedding, vocab-parallel LM head), and loading to a
+fifth (shard every checkpoint tensor, then merge q/k/v and gate/up). `EngineConfig.tp_ops` may give
+an engine another implementation of all five: the capstone plugs in a learner's own functions this
+way. With none installed (the default) the layers and the loader run their own code, in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+
+if TYPE_CHECKING:
+    from minisgl.models.config import ModelConfig
+
+
+class TPOps(Protocol):
+    """What a replacement provides. It must pickle: every rank process receives it with its config."""
+
+    def column_linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """x [tokens, in], this rank's weight [out / tp, in] and bias [out / tp] -> [tokens, out / tp]."""
+        ...
+
+    def row_linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """x [tokens, in / tp], this rank's weight [out, in / tp], the whole bias [out] -> [tokens, out],
+        summed over the ranks through minisgl.distributed.all_reduce, bias added once."""
+        ...
+
+    def vocab_embedding(self, input_ids: torch.Tensor, weight: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """ids [tokens], this rank's padded rows [ceil(V / tp), hidden] -> [tokens, hidden] on every rank."""
+        ...
+
+    def lm_head(self, hidden_states: torch.Tensor, weight: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """[n, hidden], this rank's padded rows [ceil(V / tp), hidden] -> logits [n, V] on every rank."""
+        ...
+
+    def shard_and_merge(self, tensors: Iterable[tuple[str, torch.Tensor]], rank: int, tp_size: int,
+                        config: ModelConfig) -> Iterator[tuple[str, torch.Tensor]]:
+        """(checkpoint name, full tensor), one at a time -> (engine name, this rank's tensor), streamed."""
+        ...
+
+
+_installed: TPOps | None = None
+
+
+def use_tp_ops(ops: TPOps | None) -> None:
+    """Make `ops` this process's TP steps (None: the engine's own). The engine calls it first thing."""
+    global _installed
+    _installed = ops
+
+
+def custom_tp_ops() -> TPOps | None:
+    """The replacement in use, or None while the engine runs its own code."""
+    return _installed

@@ -1,0 +1,208 @@
+"""The student release and the autograder bundle (tools/release.py).
+
+The release holds no answer (searched for every distinctive line of the reference solutions and
+every quiz key), and its grader runs: every task "not attempted", filled-in quiz answers
+"submitted", never graded against a key. The bundle, unpacked into a simulated Gradescope layout
+and run with this venv's Python, grades the reference solutions to full marks and the stubs to
+zero. Three grader runs in subprocesses, started together.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+RUN_TIMEOUT_S = 600
+
+
+def _load_release_tool():
+    spec = importlib.util.spec_from_file_location("course_release", REPO / "tools" / "release.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+release_tool = _load_release_tool()
+
+
+def _texts(root: Path) -> dict[Path, str]:
+    texts = {}
+    for path in root.rglob("*"):
+        if path.is_file():
+            try:
+                texts[path] = path.read_text()
+            except UnicodeDecodeError:
+                continue  # figures and other binaries
+    return texts
+
+
+def _answers() -> list[str]:
+    """Lines only the reference answers contain: function bodies and quiz keys."""
+    lines = set()
+    for path in sorted((REPO / "solutions").glob("ch*.py")):
+        source = path.read_text()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef):
+                for statement in node.body[1:] if ast.get_docstring(node) else node.body:
+                    for line in ast.get_source_segment(source, statement).splitlines():
+                        if len(line.split("#")[0].strip()) >= 20:
+                            lines.add(line.split("#")[0].strip())
+    for path in sorted((REPO / "solutions" / "quizzes").glob("ch*.py")):
+        lines.update(line.strip() for line in path.read_text().splitlines() if line.startswith("Q"))
+    public = "\n".join(text for path, text in _texts(REPO).items() if _is_public(path))
+    return sorted(line for line in lines if line not in public)  # a line the course itself shows is no leak
+
+
+def _is_public(path: Path) -> bool:
+    relative = path.relative_to(REPO)
+    hidden = (".git", ".venv", "build", "site") + release_tool.INSTRUCTOR_ONLY
+    return not any(relative == Path(p) or Path(p) in relative.parents for p in hidden) and \
+        not any(part.startswith(".") or part == "__pycache__" for part in relative.parts)
+
+
+def _grade(cwd: Path, results: Path, *args: str, env: dict | None = None) -> dict:
+    command = [sys.executable, "-m", "pytest", "exercises", "-p", "no:cacheprovider", "-q", "--world-sizes", "2",
+               "--rank-timeout", "8", "--results", str(results), *args]
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                          env={**os.environ, "PYTHONPATH": str(cwd), **(env or {})})
+    return {"returncode": done.returncode, "output": done.stdout + done.stderr,
+            "results": json.loads(results.read_text()) if results.is_file() else None}
+
+
+def _autograde(bundle: Path, work: Path, submission_from: Path) -> dict:
+    """Gradescope's layout under `work`: source/ (the unzipped bundle), submission/, results/."""
+    root = work / "autograder"
+    with zipfile.ZipFile(bundle) as archive:
+        archive.extractall(root / "source")
+    (root / "source" / "run_autograder").chmod(0o755)
+    shutil.copytree(submission_from, root / "submission" / "exercises")
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable,
+           "AUTOGRADER_PYTEST_ARGS": "--world-sizes 2 --rank-timeout 8"}
+    env.pop("PYTHONPATH", None)  # run_autograder sets its own
+    done = subprocess.run(["bash", str(root / "source" / "run_autograder")], capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S, env=env)
+    results = root / "results" / "results.json"
+    return {"returncode": done.returncode, "output": done.stdout + done.stderr,
+            "results": json.loads(results.read_text()) if results.is_file() else None}
+
+
+def _solutions_as_submission(work: Path) -> Path:
+    """The reference answers in a student's layout: task files, quizzes/."""
+    out = work / "submitted"
+    out.mkdir()
+    for path in (REPO / "solutions").glob("ch*.py"):
+        shutil.copy(path, out / path.name)
+    shutil.copytree(REPO / "solutions" / "quizzes", out / "quizzes")
+    return out
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    work = tmp_path_factory.mktemp("release")
+    return {"work": work, "release": release_tool.build_student(work / "student"),
+            "bundle": release_tool.build_autograder(work / "autograder.zip")}
+
+
+@pytest.fixture(scope="module")
+def runs(built: dict[str, Path]) -> dict[str, Future]:
+    work, release, bundle = built["work"], built["release"], built["bundle"]
+    quiz_copy = work / "student-with-quiz-answers"
+    shutil.copytree(release, quiz_copy)
+    for path in (REPO / "solutions" / "quizzes").glob("ch*.py"):
+        shutil.copy(path, quiz_copy / "exercises" / "quizzes" / path.name)
+    pool = ThreadPoolExecutor(max_workers=3)
+    futures = {
+        "release": pool.submit(_grade, release, work / "release.json"),
+        "quizzes": pool.submit(_grade, quiz_copy, work / "quizzes.json", "-k", "quiz"),
+        "bundle-solutions": pool.submit(_autograde, bundle, work / "solutions-run", _solutions_as_submission(work)),
+        "bundle-stubs": pool.submit(_autograde, bundle, work / "stubs-run", release / "exercises"),
+    }
+    yield futures
+    pool.shutdown(wait=True)
+
+
+def _outcomes(run: dict) -> list[dict]:
+    assert run["results"] is not None, f"no results.json; exit {run['returncode']}:\n{run['output'][-3000:]}"
+    return [test["extra_data"] | {"output": test["output"]} for test in run["results"]["tests"]]
+
+
+def test_release_leaves_out_the_instructor_material(built):
+    release = built["release"]
+    for path in release_tool.INSTRUCTOR_ONLY:
+        assert not (release / path).exists(), f"{path} is in the student release"
+    assert (release / "exercises" / "grader" / "quiz.py").is_file() and (release / "minisgl").is_dir()
+    assert (release / "chapters" / "15-capstone" / "README.md").is_file()
+    assert " --impl solutions" not in (release / "Makefile").read_text()
+
+
+def test_release_holds_no_answer(built):
+    answers = _answers()
+    assert len(answers) > 60, "too few distinctive answer lines to search for"
+    leaks = [(line, path.relative_to(built["release"])) for path, text in _texts(built["release"]).items()
+             for line in answers if line in text]
+    assert not leaks, f"answers in the student release: {leaks[:5]}"
+
+
+def test_release_refuses_a_solved_checkout(tmp_path):
+    (tmp_path / "exercises" / "quizzes").mkdir(parents=True)
+    (tmp_path / "exercises" / "ch00_x.py").write_text('def f():\n    """doc"""\n    raise NotImplementedError("x")\n')
+    (tmp_path / "exercises" / "quizzes" / "ch00.py").write_text("Q1 = None\n")
+    release_tool.check_stubs(tmp_path)
+    (tmp_path / "exercises" / "quizzes" / "ch00.py").write_text('Q1 = "b"\n')
+    with pytest.raises(release_tool.ReleaseError, match="Q1 is answered"):
+        release_tool.check_stubs(tmp_path)
+    (tmp_path / "exercises" / "quizzes" / "ch00.py").write_text("Q1 = None\n")
+    (tmp_path / "exercises" / "ch00_x.py").write_text("def f():\n    return 1\n")
+    with pytest.raises(release_tool.ReleaseError, match="f\\(\\) is not a stub"):
+        release_tool.check_stubs(tmp_path)
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 60)
+def test_grader_runs_in_the_release(runs):
+    run = runs["release"].result()
+    outcomes = _outcomes(run)
+    assert run["returncode"] == 1, run["output"][-3000:]
+    assert outcomes and all(o["outcome"] == "not_attempted" for o in outcomes), \
+        [o["nodeid"] for o in outcomes if o["outcome"] != "not_attempted"][:5]
+    assert not [o for o in outcomes if "/hidden/" in o["nodeid"]]
+    for noise in ("Traceback", "INTERNALERROR", "hung"):
+        assert noise not in run["output"], run["output"][-3000:]
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 60)
+def test_release_quiz_answers_are_submitted_never_graded(runs):
+    run = runs["quizzes"].result()
+    outcomes = _outcomes(run)
+    assert outcomes and all(o["outcome"] == "submitted" for o in outcomes), \
+        [(o["nodeid"], o["output"][:200]) for o in outcomes if o["outcome"] != "submitted"][:5]
+    assert run["results"]["score"] == 0 and "is not right" not in run["output"]
+    assert "the course's autograder grades them" in run["output"]
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 60)
+def test_bundle_grades_the_solutions_to_full_marks(runs):
+    run = runs["bundle-solutions"].result()
+    outcomes = _outcomes(run)
+    failed = [(o["nodeid"], o["output"][:300]) for o in outcomes if o["outcome"] != "passed"]
+    assert not failed, failed[:3]
+    assert [o for o in outcomes if "/hidden/" in o["nodeid"]], "the bundle should run the hidden tests"
+    assert run["results"]["score"] == run["results"]["extra_data"]["max_score"] > 0
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 60)
+def test_bundle_grades_the_stubs_to_zero(runs):
+    run = runs["bundle-stubs"].result()
+    outcomes = _outcomes(run)
+    assert outcomes and all(o["outcome"] == "not_attempted" for o in outcomes)
+    assert run["results"]["score"] == 0

@@ -1,0 +1,145 @@
+"""Build what a class runs on from this repository (the instructor's): a student release and a
+Gradescope autograder bundle. docs/instructors.md tells the whole routine.
+
+    python tools/release.py student build/student-release [--tarball]
+    python tools/release.py autograder build/autograder.zip
+
+The student release is every tracked file of the course (engine, chapters, docs, exercises with
+their stubs, the grader and its public tests) minus the instructor material: `solutions/` (code
+answers and quiz keys), the hidden tests, the grader's self-test and mutants, and these tools.
+It refuses to build while an exercise file is not a stub or a quiz answer is filled in, so a
+solved working copy can never leak. The bundle is the release plus the quiz keys, the hidden
+tests, and Gradescope's `setup.sh` and `run_autograder` at its root.
+
+Uses only the standard library and git (it never imports minisgl).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+INSTRUCTOR_ONLY = (  # paths (files or folders) a student release leaves out
+    "solutions",
+    "exercises/tests/hidden",
+    "tests/grader_mutants.py",
+    "tests/test_grader.py",
+    "tests/test_release.py",
+    "tests/test_quiz_design.py",
+    "tools",
+)
+BUNDLE_EXTRAS = ("solutions/quizzes", "exercises/tests/hidden")  # what the autograder adds back
+GRADESCOPE_SCRIPTS = ("tools/autograder/setup.sh", "tools/autograder/run_autograder")
+# `make test` in the instructor's repository also grades solutions/; a release has none to grade.
+MAKE_TEST_FROM, MAKE_TEST_TO = " tests exercises chapters --impl solutions ", " tests chapters "
+
+
+class ReleaseError(Exception):
+    """Why a release cannot be built, in one line."""
+
+
+def tracked_files(root: Path = ROOT) -> list[Path]:
+    try:
+        listing = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True, text=True)
+    except (OSError, subprocess.CalledProcessError):
+        raise ReleaseError(f"{root} is not a git checkout; build releases from the course's repository") from None
+    return [Path(name) for name in listing.stdout.split("\0") if name and (root / name).is_file()]
+
+
+def _under(path: Path, prefixes: tuple[str, ...]) -> bool:
+    return any(path == Path(p) or Path(p) in path.parents for p in prefixes)
+
+
+def check_stubs(root: Path = ROOT) -> None:
+    """Every task function body only raises NotImplementedError, and every quiz answer is None."""
+    exercises = root / "exercises"
+    for path in sorted(exercises.glob("ch[0-9][0-9]_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef):
+                body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+                raises = len(body) == 1 and isinstance(body[0], ast.Raise)
+                stub = raises and "NotImplementedError" in ast.unparse(body[0])
+                if not stub:
+                    raise ReleaseError(f"{path.relative_to(root)}: {node.name}() is not a stub; build from a clean "
+                                       "checkout (git stash) so that no answer ships")
+    for path in sorted(exercises.glob("quizzes/ch[0-9][0-9].py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and not (isinstance(node.value, ast.Constant) and node.value.value is None):
+                raise ReleaseError(f"{path.relative_to(root)}: {ast.unparse(node.targets[0])} is answered; build from "
+                                   "a clean checkout so that no answer ships")
+
+
+def _copy(files: list[Path], out: Path, root: Path) -> None:
+    for relative in files:
+        target = out / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / relative, target)
+
+
+def _release_makefile(out: Path) -> None:
+    makefile = out / "Makefile"
+    text = makefile.read_text()
+    if MAKE_TEST_FROM not in text:
+        raise ReleaseError("Makefile: the `test` target no longer runs "
+                           f"'pytest{MAKE_TEST_FROM.rstrip()}'; update MAKE_TEST_FROM in tools/release.py")
+    makefile.write_text(text.replace(MAKE_TEST_FROM, MAKE_TEST_TO))
+
+
+def build_student(out: Path, root: Path = ROOT) -> Path:
+    """The student release in `out` (which must not exist yet)."""
+    check_stubs(root)
+    if out.exists():
+        raise ReleaseError(f"{out} exists; remove it or choose another folder")
+    _copy([f for f in tracked_files(root) if not _under(f, INSTRUCTOR_ONLY)], out, root)
+    _release_makefile(out)
+    return out
+
+
+def build_autograder(zip_path: Path, root: Path = ROOT) -> Path:
+    """The Gradescope bundle: a zip whose root holds setup.sh, run_autograder and the course."""
+    staging = zip_path.with_suffix(".staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    build_student(staging, root)
+    _copy([f for f in tracked_files(root) if _under(f, BUNDLE_EXTRAS)], staging, root)
+    for script in GRADESCOPE_SCRIPTS:
+        shutil.copy2(root / script, staging / Path(script).name)
+    zip_path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as bundle:
+        for path in sorted(p for p in staging.rglob("*") if p.is_file()):
+            info = zipfile.ZipInfo.from_file(path, path.relative_to(staging).as_posix())
+            info.compress_type = zipfile.ZIP_DEFLATED
+            bundle.writestr(info, path.read_bytes())  # keeps the scripts' executable bits
+    shutil.rmtree(staging)
+    return zip_path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=["student", "autograder"])
+    parser.add_argument("out", type=Path, help="a new folder (student) or a .zip path (autograder)")
+    parser.add_argument("--tarball", action="store_true", help="student: also write OUT.tar.gz")
+    args = parser.parse_args()
+    try:
+        if args.what == "student":
+            out = build_student(args.out)
+            if args.tarball:
+                with tarfile.open(f"{out}.tar.gz", "w:gz") as tar:
+                    tar.add(out, arcname=out.name)
+        else:
+            out = build_autograder(args.out)
+    except ReleaseError as error:
+        print(f"release: {error}", file=sys.stderr)
+        return 1
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
