@@ -29,6 +29,7 @@ class EngineConfig:
     nnodes: int = 1  # machines the tp ranks span: rank r runs on node r // (tp_size / nnodes) (chapter 12)
     dp_size: int = 1  # data-parallel replicas on this machine, each its own tp group (chapter 12)
     dp_rank: int = 0  # which replica this rank serves
+    cpu_threads: int | None = None  # torch threads of a CPU rank; None: this machine's cores / its ranks
     dist_timeout_s: float = 600.0
     load_format: str = "safetensors"  # or "dummy": random weights from config.json alone
     seed: int = 0

@@ -298,7 +298,7 @@ def _cpu_has_fast_bf16() -> bool:
 def _bind_device(config: EngineConfig) -> torch.device:
     if config.device == "cpu":
         # ranks share the cores: oversubscribed threads slow every rank down
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.local_world_size))
+        torch.set_num_threads(config.cpu_threads or max(1, (os.cpu_count() or 1) // config.local_world_size))
         return torch.device("cpu")
     if config.device == "cuda":
         if not torch.cuda.is_available():

@@ -42,20 +42,24 @@ def spawn_ranks(
 ) -> list[BaseProcess]:
     """Start the ranks of one TP group that live on node `node_rank` as children of `group`, without
     waiting for their acks (`group.wait_ready` does, together with any other children): all of them
-    on one machine, ranks [k * node_rank, k * (node_rank + 1)) with k = tp / nnodes across machines
-    (chapter 12). On one machine the ranks meet at a free port on 127.0.0.1; across machines at the
-    `dist_init_addr` every node was given."""
+    on one machine, `node_ranks` across machines (chapter 12). On one machine the ranks meet at a
+    free port on 127.0.0.1; across machines at the `dist_init_addr` every node was given."""
     tp_size = config.tp_info.size
     check_ranks_fit_machine(tp_size, config.device, config.dp_size, config.nnodes)
     if config.nnodes == 1:
         config = dataclasses.replace(config, dist_init_addr=f"tcp://127.0.0.1:{free_port()}")
-    per_node = tp_size // config.nnodes
     replica = f"DP{config.dp_rank}-" if config.dp_size > 1 else ""
     return [
         group.spawn(f"minisgl-{replica}TP{rank}-scheduler", run_scheduler,
                     dataclasses.replace(config, tp_info=DistributedInfo(rank, tp_size)), addrs)
-        for rank in range(node_rank * per_node, (node_rank + 1) * per_node)
+        for rank in node_ranks(tp_size, config.nnodes, node_rank)
     ]
+
+
+def node_ranks(tp_size: int, nnodes: int, node_rank: int) -> range:
+    """The tp ranks node `node_rank` runs: one contiguous block of tp / nnodes (chapter 12)."""
+    per_node = tp_size // nnodes
+    return range(node_rank * per_node, (node_rank + 1) * per_node)
 
 
 def run_scheduler(config: SchedulerConfig, addrs: IpcAddresses, ready: Ready) -> None:
