@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import json
 import os
 import random
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -64,12 +67,24 @@ class Bench:
         self.hardware = args.hardware or hardware_label(args.device)
         self.rows: list[dict] = []
 
-    def llm(self, tp: int = 1, dp: int = 1, **extra) -> LLM:
+    @contextmanager
+    def llm(self, tp: int = 1, dp: int = 1, **extra) -> Iterator[LLM]:
+        """An engine of `tp` x `dp` ranks on the shape's random weights; afterwards, on CUDA, this
+        process's cached GPU memory is released (a tp = 1 engine runs in this process, and the next
+        engine sizes its KV cache from the free memory it finds)."""
         a = self.args
         if a.device == "cpu":
             extra["cpu_threads"] = 1  # a core per rank, as a GPU per rank: tp 2 or dp 2 use twice the cores of tp 1
-        return LLM(self.model_dir, tp_size=tp, dp_size=dp, device=a.device, dtype=a.dtype, load_format="dummy",
-                   max_running_requests=max(a.requests, max(a.batch_sizes)), progress=False, **extra)
+        llm = LLM(self.model_dir, tp_size=tp, dp_size=dp, device=a.device, dtype=a.dtype, load_format="dummy",
+                  max_running_requests=max(a.requests, max(a.batch_sizes)), progress=False, **extra)
+        try:
+            yield llm
+        finally:
+            llm.shutdown()
+            del llm
+            if a.device == "cuda":
+                gc.collect()
+                torch.cuda.empty_cache()
 
     def row(self, experiment: str, tp: int, dp: int, batch: int, metric: str, value: float) -> None:
         row = dict(experiment=experiment, hardware=self.hardware, shape=self.args.shape, dtype=self.args.dtype,
