@@ -26,10 +26,14 @@ run: install
 shell: install
 	$(PY) -m minisgl --tp-size $(TP) --shell
 
-# Everything CI checks: engine tests (GPU ones skip with a reason on CPU), the grader on the
-# reference solutions, every chapter notebook executed, and the site built strictly.
+# Everything CI checks: engine tests (GPU ones skip with a reason on CPU) and every chapter notebook
+# executed, on TEST_WORKERS pytest-xdist workers (a test file stays on one worker, so a module's
+# server starts once); then the grader on the reference solutions (one process: it writes one
+# results file); then the site built strictly.
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest tests exercises chapters --impl solutions --nbmake --nbmake-timeout=300 -q -p no:cacheprovider
+	$(PY) -m pytest tests chapters --nbmake --nbmake-timeout=300 -n $(TEST_WORKERS) --dist loadfile -q -p no:cacheprovider
+	$(PY) -m pytest exercises --impl solutions -q -p no:cacheprovider
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(CURDIR)/site
 
 grade: install

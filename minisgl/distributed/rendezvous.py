@@ -1,11 +1,15 @@
 """Where the ranks of one TP group meet (chapters 03 and 12): the torch.distributed store, and the
 network interface their gloo / NCCL sockets use.
 
-A `tcp://host:port` address is a TCP store that rank 0 serves on exactly that address (torch's own
-`tcp://` rendezvous would listen on every interface of the machine), and the collectives use the
-interface this machine reaches `host` through: loopback when all ranks share one machine, the
-network card that leads to node 0 when they span several (chapter 12). Left alone, gloo and NCCL
-pick the interface the hostname resolves to, which may be neither.
+- One machine: every rank of the run lives here, so nothing needs to listen beyond loopback. The
+  store is a file in the run's ipc folder (`file://`), and the collectives use the loopback
+  interface.
+- Several machines (chapter 12): `tcp://host:port`, a TCP store that rank 0 serves on exactly that
+  address (torch's own `tcp://` rendezvous would listen on every interface of the machine), and the
+  collectives use the interface this machine reaches `host` through.
+
+Left alone, gloo and NCCL open their sockets on the interface the hostname resolves to, which may
+be neither (a public one, or 127.0.1.1 on many Debian machines).
 """
 
 from __future__ import annotations
@@ -17,6 +21,24 @@ from urllib.parse import urlsplit
 
 import psutil
 import torch.distributed as dist
+
+LOOPBACK = "127.0.0.1"
+
+
+def file_init_method(folder: str, name: str = "torch-store") -> str:
+    """A store file `name` in `folder`, which must be fresh for every run (torch refuses to reuse one)."""
+    return f"file://{os.path.join(folder, name)}"
+
+
+def rendezvous(init_addr: str, rank: int, world_size: int, timeout: timedelta) -> dist.Store:
+    """The group's store at `init_addr` (`file://path` or `tcp://host:port`), after pointing the
+    collectives at the interface that leads to it."""
+    if init_addr.startswith("file://"):
+        bind_collectives_towards(LOOPBACK)
+        return dist.FileStore(init_addr[len("file://"):], world_size)
+    host, port = parse_tcp_addr(init_addr)
+    bind_collectives_towards(host)
+    return tcp_store(host, port, rank, world_size, timeout)
 
 
 def parse_tcp_addr(addr: str) -> tuple[str, int]:
@@ -31,10 +53,9 @@ def parse_tcp_addr(addr: str) -> tuple[str, int]:
     return parts.hostname, port
 
 
-def tcp_store(addr: str, rank: int, world_size: int, timeout: timedelta) -> dist.TCPStore:
-    """The group's store at `addr` (tcp://host:port): rank 0 serves it on that address only, the
-    others connect (waiting up to `timeout` for rank 0)."""
-    host, port = parse_tcp_addr(addr)
+def tcp_store(host: str, port: int, rank: int, world_size: int, timeout: timedelta) -> dist.TCPStore:
+    """A store on host:port: rank 0 serves it on that address only, the others connect (waiting up
+    to `timeout` for rank 0)."""
     if rank != 0:
         return dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
     try:
@@ -61,8 +82,8 @@ def bind_collectives_towards(host: str) -> None:
 
 
 def interface_towards(host: str) -> str:
-    """The name of this machine's interface whose address it uses to reach `host` ("lo" for
-    127.0.0.1). A UDP connect only asks the kernel for a route; nothing is sent."""
+    """The name of this machine's interface whose address it uses to reach `host` (`lo` on Linux,
+    `lo0` on macOS, for 127.0.0.1). A UDP connect only asks the kernel for a route; nothing is sent."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_DGRAM) as probe:
         probe.connect((host, 9))

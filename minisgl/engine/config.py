@@ -25,7 +25,7 @@ class EngineConfig:
     kv_memory_gb: float | None = None
     attention_backend: str = "auto"  # auto: "triton" on CUDA, "torch" on CPU; or "flashinfer" (optional)
     dist_backend: str = "auto"  # auto: "pynccl" with one GPU per rank, else "gloo"; or "nccl"
-    dist_init_addr: str = "tcp://127.0.0.1:0"  # the launcher fills a free port for tp > 1
+    dist_init_addr: str = ""  # the store: the launcher fills a fresh file (one machine) or node 0's tcp:// address
     nnodes: int = 1  # machines the tp ranks span: rank r runs on node r // (tp_size / nnodes) (chapter 12)
     dp_size: int = 1  # data-parallel replicas on this machine, each its own tp group (chapter 12)
     dp_rank: int = 0  # which replica this rank serves

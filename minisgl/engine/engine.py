@@ -27,7 +27,7 @@ from minisgl.distributed import (
     min_over_ranks,
     set_tp_info,
 )
-from minisgl.distributed.rendezvous import bind_collectives_towards, parse_tcp_addr, tcp_store
+from minisgl.distributed.rendezvous import rendezvous
 from minisgl.kvcache import KVCachePool
 from minisgl.layers import local_kv_heads, use_tp_ops
 from minisgl.models.config import ModelConfig
@@ -98,14 +98,14 @@ class Engine:
 
     def _init_communication(self) -> dist.ProcessGroup | None:
         """A gloo group for CPU control messages; tensor collectives on gloo or NCCL (chapter 03).
-        The ranks meet at the store `dist_init_addr` (rank 0 serves it; chapter 12)."""
+        The ranks meet at the store `dist_init_addr`: a file on one machine, node 0's address across
+        machines (chapter 12)."""
         tp = self.config.tp_info
         if tp.size == 1:
             return None
         timeout = timedelta(seconds=self.config.dist_timeout_s)
         backend = self.dist_backend
-        bind_collectives_towards(parse_tcp_addr(self.config.dist_init_addr)[0])
-        store = tcp_store(self.config.dist_init_addr, tp.rank, tp.size, timeout)
+        store = rendezvous(self.config.dist_init_addr, tp.rank, tp.size, timeout)
         if backend == "nccl":
             dist.init_process_group("nccl", store=store, rank=tp.rank, world_size=tp.size, timeout=timeout,
                                     device_id=self.device)

@@ -10,10 +10,10 @@ import time
 from multiprocessing.process import BaseProcess
 
 from minisgl.distributed import DistributedInfo
+from minisgl.distributed.rendezvous import file_init_method
 from minisgl.engine.engine import Engine
 from minisgl.message import IpcAddresses, PushQueue, ShutdownRequest
 from minisgl.process import ChildGroup, LaunchError, Ready
-from minisgl.utils import free_port
 
 from .config import SchedulerConfig
 from .io import ZmqIO
@@ -42,13 +42,14 @@ def spawn_ranks(
 ) -> list[BaseProcess]:
     """Start the ranks of one TP group that live on node `node_rank` as children of `group`, without
     waiting for their acks (`group.wait_ready` does, together with any other children): all of them
-    on one machine, `node_ranks` across machines (chapter 12). On one machine the ranks meet at a
-    free port on 127.0.0.1; across machines at the `dist_init_addr` every node was given."""
+    on one machine, `node_ranks` across machines (chapter 12). On one machine the ranks meet on a
+    store file in the run's ipc folder; across machines at the `dist_init_addr` every node was given."""
     tp_size = config.tp_info.size
     check_ranks_fit_machine(tp_size, config.device, config.dp_size, config.nnodes)
-    if config.nnodes == 1:
-        config = dataclasses.replace(config, dist_init_addr=f"tcp://127.0.0.1:{free_port()}")
     replica = f"DP{config.dp_rank}-" if config.dp_size > 1 else ""
+    if config.nnodes == 1:  # the ranks meet on a file (each replica its own): nothing listens on a port
+        store = f"torch-store-dp{config.dp_rank}" if config.dp_size > 1 else "torch-store"
+        config = dataclasses.replace(config, dist_init_addr=file_init_method(group.ipc_dir, store))
     return [
         group.spawn(f"minisgl-{replica}TP{rank}-scheduler", run_scheduler,
                     dataclasses.replace(config, tp_info=DistributedInfo(rank, tp_size)), addrs)
