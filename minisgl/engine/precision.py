@@ -96,6 +96,9 @@ def _resolve(config: EngineConfig, device: str, quantization: str) -> EngineConf
     if device == "cuda" or (config.dtype != "auto" and quantization != "gguf"):
         dtype = "bfloat16" if config.dtype == "auto" else config.dtype
         return dataclasses.replace(config, dtype=dtype, quantization="none", max_quantized_rows=None)
+    if config.nnodes > 1 and quantization != "gguf":  # a probe on each machine could choose differently
+        dtype = "float32" if config.dtype == "auto" else config.dtype
+        return dataclasses.replace(config, dtype=dtype, quantization="none", max_quantized_rows=None)
     has_gguf = config.load_format != "dummy" and find_model_gguf(Path(config.model_path)) is not None
     if quantization == "gguf" and not has_gguf:
         raise ValueError(f"--quantization gguf reads a *.gguf file next to the checkpoint, and "
@@ -104,7 +107,7 @@ def _resolve(config: EngineConfig, device: str, quantization: str) -> EngineConf
     if quantization == "gguf" and config.dtype != "auto" and rows_known:
         return config  # nothing left to measure
     model = ModelConfig.from_dir(config.model_path)
-    threads = max(1, (os.cpu_count() or 1) // config.tp_info.size)  # what each rank will run with
+    threads = config.rank_cpu_threads  # what each rank will run with
     choice = choose_precision(cached_probe(model, config.tp_info.size, threads),
                               dtype=None if config.dtype == "auto" else config.dtype,
                               allow_quantized=has_gguf and quantization != "none")
