@@ -250,8 +250,8 @@ def main() -> None:
         if variant == "gguf" and gguf_path is None:
             print("minisgl gguf skipped: no *.gguf next to the checkpoint")
             continue
-        llm = LLM(model_dir, progress=False, **MINISGL_VARIANTS[variant])
-        torch.set_num_threads(args.threads)  # the engine sets one thread per core; --threads wins
+        # cpu_threads: the engine runs, and dtype "auto" probes, with --threads threads
+        llm = LLM(model_dir, progress=False, cpu_threads=args.threads, **MINISGL_VARIANTS[variant])
         config = llm.config  # what dtype / quantization "auto" resolved to
         label = variant if variant != "gguf" else f"gguf <={config.max_quantized_rows} rows, {config.dtype}"
         dtype_of[label] = config.dtype

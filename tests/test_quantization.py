@@ -253,6 +253,7 @@ def test_probe_runs_once_per_machine_and_model(monkeypatch: pytest.MonkeyPatch, 
                                    key=precision.probe_key(model, tp_size, threads))
 
     monkeypatch.setattr(precision, "run_probe", counting_probe)
+    monkeypatch.setattr(precision.os, "getloadavg", lambda: (0.1, 0.1, 0.1))  # a quiet machine
     model = tiny_config()
     first = precision.cached_probe(model, 1, 2)
     second = precision.cached_probe(model, 1, 2)
@@ -261,6 +262,10 @@ def test_probe_runs_once_per_machine_and_model(monkeypatch: pytest.MonkeyPatch, 
     assert json.loads(cached.read_text())["key"]["cpu"] == precision.cpu_name()
     precision.cached_probe(model, 1, 1)  # another thread count is another measurement
     assert calls == [(1, 2), (1, 1)]
+    monkeypatch.setattr(precision.os, "getloadavg", lambda: (99.0, 99.0, 99.0))  # a busy machine
+    precision.cached_probe(model, 2, 1)
+    precision.cached_probe(model, 2, 1)
+    assert calls[2:] == [(2, 1), (2, 1)]  # measured each time, never cached
 
 
 def test_the_real_probe_measures_every_variant() -> None:
@@ -270,10 +275,14 @@ def test_the_real_probe_measures_every_variant() -> None:
     assert all(ms > 0 for times in result.ms.values() for ms in times.values())
 
 
-def test_explicit_choices_skip_the_probe_and_bad_ones_fail(gguf_model, tiny_model_dir) -> None:
+def test_explicit_choices_skip_the_probe_and_bad_ones_fail(gguf_model, tiny_model_dir, monkeypatch) -> None:
+    monkeypatch.setattr(precision, "cached_probe", lambda *args: pytest.fail("the probe ran"))
     dense_dir = tiny_model_dir(TINY)
     explicit = resolve_precision(EngineConfig(dense_dir, dtype="float32"))
     assert (explicit.dtype, explicit.quantization) == ("float32", "none")
+    # machines of a multi-node run could each measure differently: auto is fp32 there, unmeasured
+    multi_node = resolve_precision(EngineConfig(gguf_model(GGMLQuantizationType.Q4_1), nnodes=2))
+    assert (multi_node.dtype, multi_node.quantization) == ("float32", "none")
     with pytest.raises(ValueError, match=r"has none; use --quantization none"):
         resolve_precision(EngineConfig(dense_dir, dtype="float32", quantization="gguf"))
     with pytest.raises(ValueError, match="CPU only"):

@@ -4,6 +4,7 @@ many times faster), so a short probe times the matmuls of one decode step at thi
 shapes, as fp32 and bf16 dense weights and as the GGUF's quantized weights (4-bit linear layers,
 an 8-bit LM head), at a few batch sizes, and the engine takes the winner. The probe runs once per CPU model, torch version, thread count and model shape;
 its result is cached under the minisgl cache dir, and `python -m minisgl.check_env` prints it.
+Across machines (--nnodes > 1) "auto" is fp32 without a probe: each machine's could choose differently.
 """
 
 from __future__ import annotations
@@ -161,7 +162,9 @@ def probe_key(model: ModelConfig, tp_size: int, threads: int) -> dict[str, str |
 
 
 def cached_probe(model: ModelConfig, tp_size: int, threads: int) -> ProbeResult:
-    """The probe for this machine and model shape: from the cache, or measured now and cached."""
+    """The probe for this machine and model shape: from the cache, or measured now and cached, unless
+    the machine was busy (more runnable processes than cores): a median cannot see through load that
+    lasts the whole probe, so that measurement serves this start only."""
     key = probe_key(model, tp_size, threads)
     path = minisgl_cache_dir() / "probe" / (_slug(key) + ".json")
     if path.is_file():
@@ -172,6 +175,11 @@ def cached_probe(model: ModelConfig, tp_size: int, threads: int) -> ProbeResult:
         except (ValueError, KeyError):
             pass  # a damaged cache file is measured again and overwritten
     result = run_probe(model, tp_size, threads)
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load > cores:
+        logger.warning("dtype auto: the machine is busy (load %.1f on %d cores), so this probe is not cached; "
+                       "start again on a quiet machine for a lasting choice", load, cores)
+        return result
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.with_suffix(f".{os.getpid()}.tmp")
     scratch.write_text(json.dumps(dataclasses.asdict(result), indent=1))
