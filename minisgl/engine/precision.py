@@ -1,9 +1,10 @@
-"""`dtype="auto"` and `quantization="auto"` by measurement (chapter 04, "Which format is fastest
-here"): CPUs differ too much to guess (an AVX2 laptop computes bf16 slower than fp32, an AMX Xeon
-many times faster), so a short probe times the matmuls of one decode step at this model's real
-shapes, as fp32 and bf16 dense weights and as the GGUF's quantized weights (4-bit linear layers,
-an 8-bit LM head), at a few batch sizes, and the engine takes the winner. The probe runs once per CPU model, torch version, thread count and model shape;
-its result is cached under the minisgl cache dir, and `python -m minisgl.check_env` prints it.
+"""`dtype="auto"` and `quantization="auto"` by measurement (chapter 04, "Quantized shards"): CPUs
+differ too much to guess (an AVX2 laptop computes bf16 slower than fp32, an AMX Xeon many times
+faster), so a short probe times the matmuls of one decode step at this model's real shapes, as fp32
+and bf16 dense weights and as the GGUF's quantized weights (4-bit linear layers, an 8-bit LM head),
+at a few batch sizes, and the engine takes the winner. The probe runs once per CPU model, torch
+version, thread count and model shape; its result is cached under the minisgl cache dir, and
+`python -m minisgl.check_env` prints it.
 Across machines (--nnodes > 1) "auto" is fp32 without a probe: each machine's could choose differently.
 """
 
@@ -116,7 +117,8 @@ def _resolve(config: EngineConfig, device: str, quantization: str) -> EngineConf
     if quantization == "gguf" and choice.quantization != "gguf":  # asked for: use it where it is fastest
         choice = dataclasses.replace(choice, quantization="gguf", max_quantized_rows=1)
     max_rows = config.max_quantized_rows if config.max_quantized_rows is not None else choice.max_quantized_rows
-    return dataclasses.replace(config, dtype=choice.dtype, quantization=choice.quantization, max_quantized_rows=max_rows)
+    return dataclasses.replace(config, dtype=choice.dtype, quantization=choice.quantization,
+                               max_quantized_rows=max_rows)
 
 
 def choose_precision(probe: ProbeResult, dtype: str | None = None, allow_quantized: bool = True) -> Precision:

@@ -4,7 +4,8 @@ Converting the embedded model dequantizes every tensor to float32. With `--quant
 the loader reads the GGUF next to the converted checkpoint instead and keeps the 4-bit linear
 weights (Q4_0, Q4_1) 4-bit, as `Int4Weight`s with their own scales; every other tensor (norms,
 the embedding, Q8_0 / K-quant / float tensors) arrives dequantized, as in the conversion (the loader
-then packs a block-quantized LM head, such as SmolLM2's Q8_0 one, for the int8 kernel).
+then packs a block-quantized LM head, such as SmolLM2's Q8_0 one, for the int8 kernel; Q8_0
+projections stay dense, since that kernel takes one call per 32 inputs).
 """
 
 from __future__ import annotations
