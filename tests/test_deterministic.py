@@ -33,8 +33,9 @@ def test_greedy_tokens_do_not_depend_on_the_batch(tiny_model_dir) -> None:
     prompts = mixed_prompts(12, vocab=1001)
     # A small prefill budget chunks the long prompts differently alone and in the batch; the naive
     # cache computes every prompt afresh (a radix hit would reuse the batch's own KV for "alone").
+    # One thread: a tiny model gains nothing from two, and a busy machine makes waiting threads costly
     run = InProcessRun(SchedulerConfig(model_path=model_dir, dtype="bfloat16", deterministic=True, cache="naive",
-                                       max_prefill_tokens=64, num_pages=4096, progress=False))
+                                       max_prefill_tokens=64, num_pages=4096, cpu_threads=1, progress=False))
     try:
         together = run.generate(prompts, GREEDY)
         alone = [run.generate([prompt], GREEDY)[0] for prompt in prompts]

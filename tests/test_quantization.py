@@ -177,7 +177,7 @@ def test_a_fused_weight_with_a_dense_part_is_dense() -> None:
 def last_logits(model_dir: Path, tokens: list[int], quantization: str) -> torch.Tensor:
     """Next-token logits [vocab] after `tokens`, from one tp = 1 prefill in this process."""
     engine = Engine(EngineConfig(model_dir, dtype="float32", quantization=quantization, max_quantized_rows=1 << 20,
-                                 num_pages=64, progress=False))
+                                 num_pages=64, cpu_threads=1, progress=False))
     req = Req(0, tokens, SamplingParams(temperature=0), len(tokens))
     req.pages = engine.kv_pool.allocator.allocate(engine.kv_pool.pages_for(len(tokens)))
     batch = make_prefill_batch([req], [len(tokens)], engine.kv_pool, engine.device)
@@ -193,7 +193,8 @@ def test_quantized_greedy_tokens_agree_at_tp_1_and_3(gguf_model) -> None:
     prompts = [[1, 5, 9, 200, 17], [1, 300, 301, 302, 9, 9, 9, 40], [1, 77]]
     greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
     # max_quantized_rows large: every step, prefill included, runs the int4 kernel
-    args = dict(dtype="float32", quantization="gguf", max_quantized_rows=1 << 20, num_pages=512, progress=False)
+    args = dict(dtype="float32", quantization="gguf", max_quantized_rows=1 << 20, num_pages=512, cpu_threads=1,
+                progress=False)
     tokens = {}
     for tp in (1, 3):
         with LLM(model_dir, tp_size=tp, **args) as llm:
@@ -294,7 +295,7 @@ def test_explicit_choices_skip_the_probe_and_bad_ones_fail(gguf_model, tiny_mode
 
 def test_packed_weights_load_into_the_layers(gguf_model) -> None:
     engine = Engine(EngineConfig(gguf_model(GGMLQuantizationType.Q4_1), dtype="float32", quantization="gguf",
-                                 max_quantized_rows=8, num_pages=64, progress=False))
+                                 max_quantized_rows=8, num_pages=64, cpu_threads=1, progress=False))
     state = engine.model.state_dict()
     packed = {name for name, w in state.items() if isinstance(w, PackedInt4Weight)}
     assert packed and all(name.endswith(("qkv_proj.weight", "o_proj.weight", "gate_up_proj.weight",
