@@ -1,8 +1,8 @@
 """The course chapters: every lesson has its notebook, generated from it and stored unexecuted, with
 the sections, hardware note, exercises pointer and figures a chapter promises.
 
-These checks are fast and static. Executing the notebooks is `make test-notebooks`
-(`pytest --nbmake chapters/`), which takes a few minutes.
+These checks are fast and static. Executing the notebooks is `pytest chapters` (chapters/conftest.py,
+`make test-notebooks`), which takes a few minutes and writes the executed copies the site renders.
 """
 
 from __future__ import annotations
