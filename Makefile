@@ -28,11 +28,15 @@ run: install
 shell: install
 	$(PY) -m minisgl --tp-size $(TP) --shell
 
-# Everything CI checks: engine tests (GPU ones skip with a reason on CPU), the grader on the
-# reference solutions, every chapter notebook executed once (chapters/conftest.py: the run that checks
-# them also writes the executed copies the site shows), and the site built strictly.
+# Everything CI checks: engine tests (GPU ones skip with a reason on CPU) and every chapter notebook
+# executed once (chapters/conftest.py: the run that checks a notebook also writes the executed copy
+# the site shows), on TEST_WORKERS pytest-xdist workers (a test file or a notebook stays on one
+# worker, so a module's server starts once); then the grader on the reference solutions (one
+# process: it writes one results file); then the site built strictly.
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest tests exercises chapters --impl solutions -q -p no:cacheprovider
+	$(PY) -m pytest tests chapters -n $(TEST_WORKERS) --dist loadfile -q -p no:cacheprovider
+	$(PY) -m pytest exercises --impl solutions -q -p no:cacheprovider
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(CURDIR)/site
 
 grade: install
@@ -58,7 +62,7 @@ notebooks: install
 	$(PY) chapters/build_notebooks.py
 
 test-notebooks: install
-	$(PY) -m pytest chapters -p no:cacheprovider -q
+	$(PY) -m pytest chapters -n $(TEST_WORKERS) --dist loadfile -p no:cacheprovider -q
 	touch $(EXECUTED)
 
 $(EXECUTED): $(VENV)/.installed $(wildcard chapters/*.py chapters/[0-9][0-9]-*/*.ipynb chapters/[0-9][0-9]-*/*.py)
@@ -66,7 +70,7 @@ $(EXECUTED): $(VENV)/.installed $(wildcard chapters/*.py chapters/[0-9][0-9]-*/*
 
 # Re-draw the figures the lesson pages show (each notebook saves its own into chapters/NN-*/figures/).
 figures: install
-	MINISGL_WRITE_FIGURES=1 $(PY) -m pytest chapters -p no:cacheprovider -q
+	MINISGL_WRITE_FIGURES=1 $(PY) -m pytest chapters -n $(TEST_WORKERS) --dist loadfile -p no:cacheprovider -q
 	touch $(EXECUTED)
 
 clean:

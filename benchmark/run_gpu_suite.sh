@@ -2,7 +2,7 @@
 # Everything GPU-side in one call (the device lease is short): the GPU tests, then both GPU
 # benchmarks. Logs go to $OUT (default /tmp/minisgl-gpu); each part has its own time limit so a
 # hang in one still leaves the others' results.
-#   bash benchmark/run_gpu_suite.sh [tests|flashinfer|gemv|profile|decode|offline ...]   (default: tests decode offline)
+#   bash benchmark/run_gpu_suite.sh [tests|grader|flashinfer|gemv|profile|decode|offline ...]   (default: tests decode offline)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/minisgl-gpu}
@@ -32,6 +32,14 @@ for part in $parts; do
         tests) timeout -k 10 "${TESTS_TIMEOUT:-330}" python3 -m pytest tests/gpu -m gpu -q -s -rs -p no:cacheprovider --confcutdir=tests \
                    --ignore=tests/gpu/test_flashinfer.py \
                    2>&1 | tee "$OUT/gpu_tests.log" | grep -E "logits|NCCL|passed|failed|error|Error|SKIP|FAIL" ;;
+        grader) # the course grader with one GPU per rank (NCCL): reference answers, stubs, then its self-test
+                for impl in solutions exercises; do
+                    timeout -k 10 "${GRADER_TIMEOUT:-240}" python3 -m pytest exercises --impl $impl --world-sizes 2 -q \
+                        -p no:cacheprovider --results "$OUT/grade_$impl.json" 2>&1 | tee "$OUT/grade_$impl.log" \
+                        | grep -E "^total|passed|failed|hung|Traceback"
+                done
+                timeout -k 10 "${SELFTEST_TIMEOUT:-420}" python3 -m pytest tests/test_grader.py -q -p no:cacheprovider \
+                    2>&1 | tee "$OUT/grader_selftest.log" | tail -3 ;;
         gemv) timeout -k 10 "${GEMV_TIMEOUT:-150}" python3 benchmark/gpu_gemv.py 2>&1 | tee "$OUT/gpu_gemv.log" ;;
         profile) timeout -k 10 "${PROFILE_TIMEOUT:-120}" python3 benchmark/profile_decode.py 2>&1 | tee "$OUT/profile_decode.log" ;;
         flashinfer) python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)" 2>&1 | tail -1
@@ -41,6 +49,6 @@ for part in $parts; do
         decode) timeout -k 10 "${DECODE_TIMEOUT:-200}" python3 benchmark/gpu_decode.py ${DECODE_ARGS:-} 2>&1 | tee "$OUT/gpu_decode.log" ;;
         offline) timeout -k 10 "${OFFLINE_TIMEOUT:-200}" python3 benchmark/gpu_offline.py ${OFFLINE_ARGS:-} \
                      2>&1 | tee "$OUT/gpu_offline.log" ;;
-        *) echo "unknown part $part (tests, flashinfer, gemv, profile, decode, offline)"; exit 2 ;;
+        *) echo "unknown part $part (tests, grader, flashinfer, gemv, profile, decode, offline)"; exit 2 ;;
     esac
 done

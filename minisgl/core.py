@@ -1,13 +1,14 @@
-"""The objects every part of the engine shares: sampling parameters, requests, batches, and the
-forward context that lets attention layers reach the current batch without threading it through
-every layer's signature (chapter 07).
+"""The objects every part of the engine shares: sampling parameters and the rules a request must
+follow (checked once, here), requests, batches, and the forward context that lets attention
+layers reach the current batch without threading it through every layer's signature (chapter 07).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -15,10 +16,32 @@ import torch
 if TYPE_CHECKING:
     from minisgl.attention import AttentionBackend
 
+GREEDY_BELOW = 1e-5  # a temperature below this picks the most likely token (dividing by it would overflow)
+MAX_TOKEN_ID = 2**31 - 1  # bound for token ids and counts: every value must fit the wire format (msgpack)
+MAX_SEED = 2**63 - 1
+MAX_PENALTY = 2.0  # OpenAI's range for frequency_penalty and presence_penalty: [-2, 2]
+MAX_LOGIT_BIAS = 100.0  # OpenAI's range for logit_bias values: [-100, 100]
+
+
+class SamplingError(ValueError):
+    """A sampling parameter out of range. `param` names it, `requirement` says what it must be, so
+    the HTTP API can answer with its own name for the parameter (max_tokens / max_new_tokens)."""
+
+    def __init__(self, param: str, requirement: str, value: object) -> None:
+        super().__init__(f"{param} {requirement}, got {value!r}")
+        self.param = param
+        self.requirement = requirement
+        self.value = value
+
 
 @dataclass
 class SamplingParams:
-    """How to pick each next token. temperature 0 is greedy; top_k <= 0 and top_p 1 disable those filters."""
+    """How to pick each next token; the one place its rules are checked (the HTTP API calls them too).
+
+    temperature 0 (or below GREEDY_BELOW) is greedy; top_k <= 0 and top_p 1 disable those filters.
+    `logit_bias` adds to the logits of the given token ids; `frequency_penalty` subtracts
+    penalty * (times the token was generated), `presence_penalty` subtracts penalty once for every
+    token generated at least once (OpenAI's definitions)."""
 
     temperature: float = 1.0
     top_p: float = 1.0
@@ -27,18 +50,81 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     seed: int | None = None
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        _check(_is_real(self.temperature) and self.temperature >= 0, "temperature", "must be a finite number >= 0",
+               self.temperature)
+        _check(_is_real(self.top_p) and 0 < self.top_p <= 1, "top_p", "must be in (0, 1]", self.top_p)
+        _check(_is_int(self.top_k) and -1 <= self.top_k <= MAX_TOKEN_ID, "top_k",
+               f"must be -1 (off) or an integer in [0, {MAX_TOKEN_ID}]", self.top_k)
+        _check(_is_int(self.max_tokens) and 1 <= self.max_tokens <= MAX_TOKEN_ID, "max_tokens",
+               f"must be an integer in [1, {MAX_TOKEN_ID}]", self.max_tokens)
+        _check(all(_is_token_id(t) for t in self.stop_token_ids), "stop_token_ids",
+               f"must be token ids in [0, {MAX_TOKEN_ID}]", self.stop_token_ids)
+        _check(self.seed is None or (_is_int(self.seed) and 0 <= self.seed <= MAX_SEED), "seed",
+               "must be an integer in [0, 2**63 - 1]", self.seed)
+        for name in ("frequency_penalty", "presence_penalty"):
+            value = getattr(self, name)
+            _check(_is_real(value) and -MAX_PENALTY <= value <= MAX_PENALTY, name,
+                   f"must be in [-{MAX_PENALTY:g}, {MAX_PENALTY:g}]", value)
+        _check(all(_is_token_id(t) and _is_real(b) and -MAX_LOGIT_BIAS <= b <= MAX_LOGIT_BIAS
+                   for t, b in self.logit_bias.items()), "logit_bias",
+               f"must map token ids in [0, {MAX_TOKEN_ID}] to numbers in [-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]",
+               self.logit_bias)
 
     @property
     def is_greedy(self) -> bool:
-        return self.temperature == 0 or self.top_k == 1
+        """The most likely token wins (after logit_bias and penalties, if any)."""
+        return self.temperature < GREEDY_BELOW or self.top_k == 1
+
+    @property
+    def is_plain_greedy(self) -> bool:
+        """The token is the argmax of the model's logits as they are: the device can pick it alone
+        (overlap scheduling, CUDA graphs), without the sampler."""
+        return self.is_greedy and not (self.logit_bias or self.frequency_penalty or self.presence_penalty)
+
+
+def _check(ok: bool, param: str, requirement: str, value: object) -> None:
+    if not ok:
+        raise SamplingError(param, requirement, value)
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_token_id(value: object) -> bool:
+    return _is_int(value) and 0 <= value <= MAX_TOKEN_ID
+
+
+class RequestError(ValueError):
+    """A request this model cannot take; the message says why (the HTTP API answers it with a 400)."""
+
+
+def check_request(input_ids: list[int], sampling: SamplingParams, context_len: int, vocab_size: int) -> SamplingParams:
+    """The rules a request must follow against its model, in one place: every producer of a
+    `GenerateRequest` (the tokenizer workers, the offline `LLM`) calls this before rank 0 sees the
+    request. Raises `RequestError`; returns `sampling` with max_tokens capped at what the context leaves after the
+    prompt, so an unset (or too large) limit means "until the context is full"."""
+    if not input_ids:
+        raise RequestError("the prompt is empty")
+    for what, ids in (("token id", input_ids), ("logit_bias token id", sampling.logit_bias)):
+        outside = [i for i in ids if not 0 <= i < vocab_size]
+        if outside:
+            raise RequestError(f"{what} {outside[0]} is outside the vocabulary [0, {vocab_size})")
+    if len(input_ids) >= context_len:
+        raise RequestError(
+            f"the prompt has {len(input_ids)} tokens; this model's context is {context_len} tokens"
+            " (prompt plus at least one new token): shorten the prompt"
+        )
+    return replace(sampling, max_tokens=min(sampling.max_tokens, context_len - len(input_ids)))
 
 
 @dataclass(eq=False)  # identity: two requests are never "equal"
@@ -48,11 +134,12 @@ class Req:
     uid: int
     input_ids: list[int]
     sampling: SamplingParams
-    max_total_len: int  # prompt + tokens it may still generate, capped by the context length
+    max_total_len: int  # prompt + max_tokens: never more than the context (`check_request`)
     output_ids: list[int] = field(default_factory=list)
     pages: list[int] = field(default_factory=list)  # page table: KV pages reserved at admission
     cached_len: int = 0  # tokens whose K/V are already in the pool
     generator: torch.Generator | None = None  # per-request RNG, so sampling is the same on every rank
+    failure: str | None = None  # set mid-step (by the sampler) when this request alone cannot go on
 
     @property
     def total_len(self) -> int:

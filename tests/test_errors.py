@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -68,10 +70,20 @@ def test_a_rank_that_fails_at_start_is_named_and_the_rest_stop(tmp_path, tiny_mo
 
 
 def test_bad_sampling_params_are_rejected() -> None:
-    with pytest.raises(ValueError, match="max_tokens must be >= 1"):
+    with pytest.raises(ValueError, match=r"max_tokens must be an integer in \[1, 2147483647\], got -1"):
         SamplingParams(max_tokens=-1)
     with pytest.raises(ValueError, match="top_p must be in"):
         SamplingParams(top_p=0)
+
+
+@pytest.mark.timeout(120)
+def test_a_script_read_from_stdin_cannot_spawn_ranks(tiny_model_dir) -> None:
+    script = f"from minisgl import LLM\nLLM({str(tiny_model_dir('llama'))!r}, tp_size=2, dtype='float32')\n"
+    result = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=110)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert "LaunchError: child processes are spawned" in last  # one line, not a child's traceback
+    assert "<stdin>" in last and "save it to a file" in last
 
 
 def test_flashinfer_backend_on_a_cpu_is_a_one_line_error() -> None:

@@ -1,4 +1,5 @@
-"""Scheduling must not change answers: chunking, batching, finishing rules, seeded sampling, aborts."""
+"""Scheduling must not change answers: chunking, batching, finishing rules, seeded sampling, aborts;
+one request's failure ends that request alone, a failing step names its requests."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import torch
 
 from minisgl import LLM, SamplingParams
 from minisgl.message import AbortRequest, GenerateRequest
+from minisgl.scheduler.scheduler import StepFailed
 
 GREEDY = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
 
@@ -95,3 +97,58 @@ def test_abort_frees_the_requests_pages(llama_dir) -> None:
 def test_page_size_does_not_change_tokens(llama_dir) -> None:
     prompts = _prompts(6)
     assert _generate(llama_dir, prompts, page_size=16, num_pages=256) == _generate(llama_dir, prompts)
+
+
+def _run_to_end(backend, requests: list[GenerateRequest]) -> dict[int, tuple[list[int], str | None, str | None]]:
+    """uid -> (tokens, finish reason, error) for requests submitted straight to the scheduler."""
+    backend.submit(requests)
+    tokens: dict[int, list[int]] = {r.uid: [] for r in requests}
+    done: dict[int, tuple[list[int], str | None, str | None]] = {}
+    while len(done) < len(requests):
+        for output in backend.collect():
+            tokens[output.uid] += output.token_ids
+            if output.finished:
+                done[output.uid] = (tokens[output.uid], output.finish_reason, output.error)
+    return done
+
+
+def test_a_request_whose_sampling_fails_ends_alone_and_frees_its_pages(llama_dir, monkeypatch) -> None:
+    prompts = _prompts(3)
+    params = [SamplingParams(temperature=0.8, max_tokens=12, seed=s, ignore_eos=True) for s in (1, 2, 3)]
+    with LLM(llama_dir, dtype="float32", num_pages=1024, progress=False) as llm:
+        expected = [out.token_ids for out in llm.generate(prompts, params)]
+        scheduler = llm._backend.scheduler
+        free_before = scheduler.pool.allocator.num_free
+        real_logits = scheduler.engine.forward_logits
+
+        def nan_for_uid_11(batch):  # the model breaks down on request 11's input, from its 4th token on
+            logits = real_logits(batch)
+            for row, req in enumerate(batch.reqs):
+                if req.uid == 11 and len(req.output_ids) >= 3:
+                    logits[row] = float("nan")
+            return logits
+
+        monkeypatch.setattr(scheduler.engine, "forward_logits", nan_for_uid_11)
+        done = _run_to_end(llm._backend, [GenerateRequest(10 + i, p, sp) for i, (p, sp) in enumerate(zip(prompts,
+                                                                                                          params))])
+        tokens, reason, error = done[11]
+        assert reason == "error" and "non-finite logits" in error and len(tokens) == 3
+        assert [done[10][0], done[12][0]] == [expected[0], expected[2]]  # the others: as if it was never there
+        assert scheduler.pool.allocator.num_free == free_before and not scheduler.has_work
+        monkeypatch.undo()
+        assert llm.generate(prompts[:1], params[0])[0].token_ids == expected[0]  # the loop goes on
+
+
+def test_a_failing_step_stops_the_rank_naming_its_requests(llama_dir, monkeypatch) -> None:
+    with LLM(llama_dir, dtype="float32", num_pages=256, progress=False) as llm:
+        scheduler = llm._backend.scheduler
+
+        def lost(batch):
+            raise RuntimeError("the device fell off the bus\nmore detail")
+
+        monkeypatch.setattr(scheduler.engine, "forward", lost)
+        llm._backend.submit([GenerateRequest(uid, [5, 6, 7], GREEDY) for uid in (41, 42)])
+        with pytest.raises(StepFailed) as info:
+            scheduler.step()
+    assert str(info.value) == ("a prefill step of request(s) 41, 42 failed: RuntimeError: the device fell off "
+                               "the bus")

@@ -1,10 +1,11 @@
 """The server's life: bad flags and failing children stop it with one line naming the cause;
-SIGTERM stops it cleanly; a rank killed with SIGKILL takes the server down with a non-zero exit;
-no child process outlives it; the shell chats and exits."""
+SIGTERM stops it cleanly (open streams get an error event first); a rank killed with SIGKILL takes
+the server down with a non-zero exit; no child process outlives it; the shell chats and exits."""
 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import signal
@@ -12,8 +13,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
+import httpx
 import psutil
 import pytest
 
@@ -103,13 +106,35 @@ def test_child_failing_at_start_is_named(tiny_model_dir, tmp_path):
     assert_all_gone(children)
 
 
-def test_sigterm_stops_everything(tiny_model_dir):
+def read_stream(server: RunningServer, events: list[str], started: threading.Event) -> None:
+    """A long stream, read to its end: every `data:` line goes into `events`."""
+    body = {"prompt": "Go on", "max_tokens": 480, "temperature": 0, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", f"{server.base_url}/v1/completions", json=body, timeout=60) as response:
+        for line in response.iter_lines():  # a connection cut without an end would raise here
+            if line.startswith("data: "):
+                events.append(line[len("data: "):])
+                started.set()
+    events.append("<closed>")
+
+
+def test_sigterm_stops_everything_and_tells_open_streams(tiny_model_dir):
     server = RunningServer(tiny_server_args(tiny_model_dir, "--tp-size", "2"))
     children = descendants(server.process.pid)
     assert len(children) >= 4  # 2 ranks, a tokenizer, the detokenizer (and multiprocessing's tracker)
+    streams = [([], threading.Event()) for _ in range(2)]
+    readers = [threading.Thread(target=read_stream, args=(server, *stream)) for stream in streams]
+    for reader in readers:
+        reader.start()
+    assert all(started.wait(60) for _, started in streams)
     started = time.monotonic()
     assert server.stop(timeout_s=15) == 0
     assert time.monotonic() - started < 10
+    for reader in readers:
+        reader.join(10)
+    for events, _ in streams:
+        # the last event says why the stream ends, then the connection closes cleanly
+        assert events[-1] == "<closed>", events[-3:]
+        assert "shutting down" in json.loads(events[-2])["error"]["message"], events[-3:]
     assert_all_gone(children)
     assert "stopped" in server.log()
 

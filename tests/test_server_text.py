@@ -3,10 +3,12 @@ the detokenizer's bookkeeping, the frontend messages' wire format, and request v
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from transformers import AutoTokenizer
 
-from minisgl.core import SamplingParams
+from minisgl.core import RequestError, SamplingParams
 from minisgl.message import (
     AbortRequest,
     DetokenizeStart,
@@ -17,7 +19,7 @@ from minisgl.message import (
     encode_message,
 )
 from minisgl.server.protocol import ApiError, ChatCompletionRequest, CompletionRequest, parse_body, sampling_from_openai
-from minisgl.tokenizer import Detokenizer, PromptError, PromptTokenizer, TextStream
+from minisgl.tokenizer import Detokenizer, PromptTokenizer, TextStream
 
 MIXED_TEXT = "Bonjour 你好，世界！🙂👍🏽 naïve café — 日本語のテキスト. Observation: done"
 
@@ -95,11 +97,11 @@ def test_prompt_tokenizer_checks(tiny_model_dir):
     sampling = SamplingParams(max_tokens=10_000)
     request = tokenizer.prepare(TokenizeRequest(1, sampling, text="hello world"))
     assert request.sampling.max_tokens == tokenizer.context_len - len(request.input_ids)  # capped by the context
-    with pytest.raises(PromptError, match="context is 512 tokens"):
+    with pytest.raises(RequestError, match="context is 512 tokens"):
         tokenizer.prepare(TokenizeRequest(1, sampling, input_ids=[5] * 512))
-    with pytest.raises(PromptError, match="outside the vocabulary"):
+    with pytest.raises(RequestError, match="outside the vocabulary"):
         tokenizer.prepare(TokenizeRequest(1, sampling, input_ids=[5, 100_000]))
-    with pytest.raises(PromptError, match="empty"):
+    with pytest.raises(RequestError, match="empty"):
         tokenizer.prepare(TokenizeRequest(1, sampling, input_ids=[]))
 
 
@@ -115,15 +117,15 @@ def test_prompt_tokenizer_checks(tiny_model_dir):
     ],
 )
 def test_bad_sampling_parameters_name_the_parameter(body, param):
-    request = parse_body(CompletionRequest, body)
+    request = parse_body(CompletionRequest, json.dumps(body))
     with pytest.raises(ApiError) as info:
-        sampling_from_openai(request, ("max_tokens", request.max_tokens), 16, 512)
+        sampling_from_openai(request, ("max_tokens", request.max_tokens), 16)
     assert info.value.status == 400 and info.value.param == param
 
 
 def test_body_validation_is_a_400_naming_the_field():
     with pytest.raises(ApiError) as info:
-        parse_body(ChatCompletionRequest, {"messages": [{"role": "wizard", "content": "hi"}]})
+        parse_body(ChatCompletionRequest, json.dumps({"messages": [{"role": "wizard", "content": "hi"}]}))
     assert info.value.status == 400 and info.value.param.startswith("messages.0.role")
     with pytest.raises(ApiError):
-        parse_body(CompletionRequest, {"max_tokens": 3})  # no prompt
+        parse_body(CompletionRequest, json.dumps({"max_tokens": 3}))  # no prompt

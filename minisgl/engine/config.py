@@ -24,7 +24,7 @@ class EngineConfig:
     kv_memory_gb: float | None = None
     attention_backend: str = "auto"  # auto: "triton" on CUDA, "torch" on CPU; or "flashinfer" (optional)
     dist_backend: str = "auto"  # auto: "pynccl" with one GPU per rank, else "gloo"; or "nccl"
-    dist_init_addr: str = "tcp://127.0.0.1:0"  # the launcher fills a free port for tp > 1
+    dist_init_addr: str = ""  # torch.distributed init_method; the launcher fills a fresh store file for tp > 1
     dist_timeout_s: float = 600.0
     load_format: str = "safetensors"  # or "dummy": random weights from config.json alone
     seed: int = 0

@@ -25,6 +25,7 @@ from minisgl.distributed import (
     min_over_ranks,
     set_tp_info,
 )
+from minisgl.distributed.loopback import bind_collectives_to_loopback
 from minisgl.kvcache import KVCachePool
 from minisgl.layers import local_kv_heads, use_tp_ops
 from minisgl.models.config import ModelConfig
@@ -99,6 +100,7 @@ class Engine:
             return None
         timeout = timedelta(seconds=self.config.dist_timeout_s)
         backend = self.dist_backend
+        bind_collectives_to_loopback()  # all ranks are on this machine: no socket beyond 127.0.0.1
         if backend == "nccl":
             dist.init_process_group("nccl", init_method=self.config.dist_init_addr, rank=tp.rank,
                                     world_size=tp.size, timeout=timeout, device_id=self.device)

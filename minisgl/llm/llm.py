@@ -10,12 +10,13 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
-from minisgl.core import SamplingParams
+from minisgl.core import SamplingParams, check_request
 from minisgl.distributed import DistributedInfo
 from minisgl.message import GenerateRequest, TokenOutput
 from minisgl.models.config import ModelConfig
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.process import check_tp_fits_machine
+from minisgl.tokenizer import encode_chat, encode_text
 
 from .backends import InProcessBackend, MultiProcessBackend
 
@@ -71,9 +72,7 @@ class LLM:
             params = [sampling_params or SamplingParams()] * len(batch)
         if len(params) != len(batch):
             raise ValueError(f"{len(batch)} prompts but {len(params)} sampling params")
-        requests = [GenerateRequest(next(self._uids), self._token_ids(p), sp) for p, sp in zip(batch, params)]
-        for request in requests:
-            self._check_length(request.input_ids)
+        requests = [self._request(self._token_ids(p), sp) for p, sp in zip(batch, params)]
         tokens = self._run(requests)
         return [
             RequestOutput(
@@ -91,18 +90,19 @@ class LLM:
         """Apply the model's chat template to one conversation (or several), then generate."""
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
         self._require_tokenizer()
-        prompts = [
-            self.tokenizer.apply_chat_template(conv, add_generation_prompt=True, tokenize=False)
-            for conv in conversations
-        ]
-        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        return self.generate(ids, sampling_params)
+        return self.generate([encode_chat(self.tokenizer, conv) for conv in conversations], sampling_params)
 
     def _token_ids(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, list):
             return list(prompt)
         self._require_tokenizer()
-        return self.tokenizer(prompt)["input_ids"]
+        return encode_text(self.tokenizer, prompt)
+
+    def _request(self, input_ids: list[int], sampling: SamplingParams) -> GenerateRequest:
+        """Checked as the server's tokenizer workers check it: raises `RequestError` (a ValueError)."""
+        config = self.model_config
+        sampling = check_request(input_ids, sampling, config.max_position_embeddings, config.vocab_size)
+        return GenerateRequest(next(self._uids), input_ids, sampling)
 
     def _decode(self, token_ids: list[int]) -> str:
         return "" if self.tokenizer is None else self.tokenizer.decode(token_ids, skip_special_tokens=True)
@@ -110,13 +110,6 @@ class LLM:
     def _require_tokenizer(self) -> None:
         if self.tokenizer is None:
             raise ValueError(f"'{self.model_path}' has no tokenizer files; pass prompts as lists of token ids")
-
-    def _check_length(self, input_ids: list[int]) -> None:
-        context = self.model_config.max_position_embeddings
-        if not input_ids:
-            raise ValueError("a prompt is empty")
-        if len(input_ids) >= context:
-            raise ValueError(f"a prompt has {len(input_ids)} tokens; this model's context is {context} tokens")
 
     def _run(self, requests: list[GenerateRequest]) -> dict[int, tuple[list[int], str | None]]:
         self._backend.submit(list(requests))

@@ -62,7 +62,8 @@ def encode_message(message: Any) -> bytes:
 
 
 def decode_message(data: bytes) -> Any:
-    raw: dict[str, Any] = msgpack.unpackb(data)
+    # int map keys: SamplingParams.logit_bias maps token ids to biases (every sender is our own process)
+    raw: dict[str, Any] = msgpack.unpackb(data, strict_map_key=False)
     cls = _TYPES[raw.pop("type")]
     if isinstance(raw.get("sampling"), dict):  # any message may carry a SamplingParams as `sampling`
         raw["sampling"] = SamplingParams(**raw["sampling"])

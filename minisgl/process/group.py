@@ -16,6 +16,7 @@ import os
 import queue
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -47,6 +48,7 @@ class ChildGroup:
     """The child processes of one run and the temp folder of their ipc:// sockets (`ipc_dir`)."""
 
     def __init__(self) -> None:
+        check_main_is_importable()
         self._ctx = mp.get_context("spawn")  # fresh interpreters: no forked torch, CUDA or ZMQ state
         self._acks: mp.Queue = self._ctx.Queue()  # ("ready" | "error", child name, detail)
         self.children: dict[str, BaseProcess] = {}  # name -> process, in start order
@@ -85,6 +87,18 @@ class ChildGroup:
         the ipc folder."""
         stop_processes(self.processes, timeout_s)
         shutil.rmtree(self.ipc_dir, ignore_errors=True)
+
+
+def check_main_is_importable() -> None:
+    """A spawned child first re-imports the parent's main script by its path. A script read from
+    standard input (`python - < script.py`) has no path, and every child would die with an opaque
+    error: say so before spawning."""
+    main_path = getattr(sys.modules["__main__"], "__file__", None)
+    if main_path is not None and not os.path.exists(main_path):
+        raise LaunchError(
+            f"child processes are spawned, and each re-imports the main script, but it was read from {main_path}: "
+            "save it to a file and run `python script.py`"
+        )
 
 
 def wait_for_acks(children: Mapping[Hashable, BaseProcess], acks: Any, timeout_s: float, fix: str = "") -> None:

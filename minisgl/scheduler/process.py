@@ -9,10 +9,10 @@ import time
 from multiprocessing.process import BaseProcess
 
 from minisgl.distributed import DistributedInfo
+from minisgl.distributed.loopback import file_init_method
 from minisgl.engine.engine import Engine
 from minisgl.message import IpcAddresses, PushQueue, ShutdownRequest
 from minisgl.process import ChildGroup, LaunchError, Ready
-from minisgl.utils import free_port
 
 from .config import SchedulerConfig
 from .io import ZmqIO
@@ -37,7 +37,8 @@ def spawn_ranks(group: ChildGroup, config: SchedulerConfig, addrs: IpcAddresses)
     for their acks (`group.wait_ready` does, together with any other children)."""
     tp_size = config.tp_info.size
     check_tp_fits_machine(tp_size, config.device)
-    config = dataclasses.replace(config, dist_init_addr=f"tcp://127.0.0.1:{free_port()}")
+    # the ranks meet on a file: a TCP store would listen on every interface
+    config = dataclasses.replace(config, dist_init_addr=file_init_method(group.ipc_dir))
     return [
         group.spawn(f"minisgl-TP{rank}-scheduler", run_scheduler,
                     dataclasses.replace(config, tp_info=DistributedInfo(rank, tp_size)), addrs)

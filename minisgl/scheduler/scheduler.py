@@ -15,18 +15,26 @@ a placeholder -(i + 1), "token i of that step", which the engine fills in on the
 next decode step reads it. A stop token is therefore seen one step late: that request rides along
 in one extra step whose token is dropped. The length limit is known ahead: a request whose output
 slots (placeholders included) reach it is not scheduled again, so with or without overlap the
-decode batches are the same until a stop token. Overlap needs greedy requests only
-(sampling draws on the CPU); any other request in the system turns it off until it leaves.
+decode batches are the same until a stop token. Overlap needs plain greedy requests only (no
+temperature, logit bias or penalties: the sampler works on the CPU); any other request in the
+system turns it off until it leaves.
+
+One request never stops the loop: whatever concerns one request alone (its admission, its row of
+sampling) fails that request with an error output and frees its KV pages, identically on every
+rank. A failing forward step stops the rank (its peers wait in a collective, or the device is in
+an unknown state), with an error that names the requests of the step.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from itertools import chain
 
 import torch
 
-from minisgl.core import Batch, Req
+from minisgl.core import Batch, Req, RequestError
 from minisgl.engine.engine import Engine, TokenFuture
 from minisgl.engine.sampler import make_generator
 from minisgl.message import AbortRequest, GenerateRequest, Message, ShutdownRequest, TokenOutput
@@ -44,7 +52,6 @@ class Scheduler:
         self.engine = engine
         self.io = io
         self.pool = engine.kv_pool
-        self.context_len = engine.model_config.max_position_embeddings
         self.eos_ids = set(engine.model_config.eos_token_ids)
         self.waiting: deque[Req] = deque()
         self.prefilling: list[Req] = []  # admitted, prompt not fully in the KV cache yet
@@ -67,29 +74,32 @@ class Scheduler:
         send the previous step's tokens)."""
         for message in self.io.receive(blocking=not self.has_work and self.pending is None):
             self._handle(message)
-        overlap = self.engine.overlap and self._all_greedy()
+        overlap = self.engine.overlap and self._all_plain_greedy()
         if not overlap:
             self._complete_pending()  # every token on the host before scheduling
         batch = self._schedule_prefill() or self._schedule_decode()
         launched = None
         if batch is not None:
-            if overlap:
-                future = self.engine.forward_async(batch)
-                launched = (self._advance(batch), future)
-            else:
-                tokens = self.engine.forward(batch)
-                self.io.send(self._complete(self._advance(batch), tokens))
+            with _naming_requests(f"a {batch.phase} step", batch.reqs):
+                if overlap:
+                    future = self.engine.forward_async(batch)
+                    launched = (self._advance(batch), future)
+                else:
+                    tokens = self.engine.forward(batch)
+                    self.io.send(self._complete(self._advance(batch), tokens))
         self._complete_pending()
         self.pending = launched
 
-    def _all_greedy(self) -> bool:
-        return all(r.sampling.is_greedy for r in chain(self.waiting, self.prefilling, self.running.values()))
+    def _all_plain_greedy(self) -> bool:
+        return all(r.sampling.is_plain_greedy for r in chain(self.waiting, self.prefilling, self.running.values()))
 
     def _complete_pending(self) -> None:
         if self.pending is not None:
             expecting, future = self.pending
             self.pending = None
-            self.io.send(self._complete(expecting, future.tokens()))
+            with _naming_requests("an overlapped step", [req for _, req, _ in expecting]):
+                tokens = future.tokens()  # a device error of that step surfaces here
+            self.io.send(self._complete(expecting, tokens))
 
     # ---- messages -------------------------------------------------------------------------
     def _handle(self, message: Message) -> None:
@@ -101,23 +111,24 @@ class Scheduler:
             self.stopped = True
 
     def _add_request(self, message: GenerateRequest) -> None:
-        prompt_len = len(message.input_ids)
-        max_total = min(prompt_len + message.sampling.max_tokens, self.context_len)
-        error = None
-        if prompt_len == 0:
-            error = "the prompt is empty"
-        elif prompt_len >= self.context_len:
-            error = f"the prompt has {prompt_len} tokens; this model's context is {self.context_len}"
-        elif self.pool.pages_for(max_total) > self.pool.allocator.num_pages - 1:
+        """Queue the request, or answer it with an error: anything that goes wrong here concerns this
+        request alone, and goes wrong identically on every rank, so the loop goes on."""
+        try:
+            self.waiting.append(self._new_req(message))
+        except Exception as error:
+            reason = str(error) if isinstance(error, RequestError) else f"{type(error).__name__}: {error}"
+            self.io.send([TokenOutput(message.uid, [], True, "error", reason)])
+
+    def _new_req(self, message: GenerateRequest) -> Req:
+        """The prompt rules were checked before rank 0 (`check_request`); only the KV capacity is
+        known here alone."""
+        max_total = len(message.input_ids) + message.sampling.max_tokens  # within the context
+        if self.pool.pages_for(max_total) > self.pool.allocator.num_pages - 1:
             capacity = (self.pool.allocator.num_pages - 1) * self.pool.page_size
-            error = f"the request needs {max_total} KV slots; the cache holds {capacity} (raise the KV budget)"
-        if error is not None:
-            self.io.send([TokenOutput(message.uid, [], True, "error", error)])
-            return
+            raise RequestError(f"the request needs {max_total} KV slots; the cache holds {capacity} "
+                               "(raise the KV budget)")
         seed = message.sampling.seed if message.sampling.seed is not None else self.config.seed + message.uid
-        self.waiting.append(
-            Req(message.uid, list(message.input_ids), message.sampling, max_total, generator=make_generator(seed))
-        )
+        return Req(message.uid, list(message.input_ids), message.sampling, max_total, generator=make_generator(seed))
 
     def _abort(self, uid: int) -> None:
         for req in [*self.waiting, *self.prefilling, *self.running.values()]:
@@ -185,6 +196,10 @@ class Scheduler:
         for row, req, index in expecting:
             if self.running.get(req.uid) is not req:
                 continue  # finished or aborted while this step ran (overlap): the token is dropped
+            if req.failure is not None:  # its sampling failed: this request ends, the others go on
+                self._finish(req)
+                outputs.append(TokenOutput(req.uid, [], True, "error", req.failure))
+                continue
             token = tokens[row]
             req.output_ids[index] = token
             reason = self._finish_reason(req, token, num_output=index + 1)
@@ -217,3 +232,18 @@ class Scheduler:
         self.engine.release(req)
         self.pool.allocator.free(req.pages)
         req.pages = []
+
+
+class StepFailed(RuntimeError):
+    """A forward step raised: this rank stops. The message names the step's requests, in case one
+    of them caused it."""
+
+
+@contextmanager
+def _naming_requests(step: str, reqs: Iterable[Req]) -> Iterator[None]:
+    try:
+        yield
+    except Exception as error:
+        uids = ", ".join(str(req.uid) for req in reqs)
+        first_line = str(error).splitlines()[0] if str(error) else ""
+        raise StepFailed(f"{step} of request(s) {uids} failed: {type(error).__name__}: {first_line}") from error

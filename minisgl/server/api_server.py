@@ -3,26 +3,34 @@
 
 Each handler validates its body, submits the prompt through the `Frontend`, and waits for the
 first output before answering: an error that the tokenizer or the scheduler finds (prompt longer
-than the context, ...) still becomes a proper 400 instead of a stream that breaks off. A client
-that disconnects has its request aborted, which frees its KV pages at once.
+than the context, ...) still becomes a proper 400 instead of a stream that breaks off.
+
+What no request can do: hold its slot after it ended (every path closes its stream), keep running
+after its client left (the disconnect is noticed at once, streaming or not, and the abort frees
+its KV pages), or break the connection with an unexpected error (a JSON 500, one log line, and
+the connection stays usable). When the server stops, every open stream gets an error event.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
 import uvicorn
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
 
 from minisgl.message import TextOutput
 from minisgl.models.config import ModelConfig
@@ -37,6 +45,7 @@ from .protocol import (
     CompletionRequest,
     GenerateRequestBody,
     chat_messages,
+    check_content_type,
     completion_prompt,
     parse_body,
     sampling_from_native,
@@ -67,6 +76,35 @@ class ApiState:
                            "model", "model_not_found")
 
 
+class _OneLineErrors(APIRoute):
+    """Routes whose unexpected errors become a JSON 500 right here, with one log line. A catch-all
+    `exception_handler(Exception)` would run in Starlette's outermost middleware instead, which
+    re-raises: a traceback in the log and a closed keep-alive connection."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except (ApiError, StarletteHTTPException):
+                raise  # answered by their exception handlers
+            except Exception as error:
+                return _internal_error(request, error)
+
+        return handle
+
+
+def _internal_error(request: Request, error: Exception) -> JSONResponse:
+    logger.error("internal error on %s: %s", request.url.path, _one_line(error))
+    logger.debug("traceback", exc_info=error)
+    return JSONResponse(ApiError(500, f"internal error: {_one_line(error)}").body(), status_code=500)
+
+
+def _one_line(error: BaseException) -> str:
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"
+
+
 def create_app(state: ApiState, on_startup: Callable[[Frontend], None] = lambda frontend: None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -76,7 +114,11 @@ def create_app(state: ApiState, on_startup: Callable[[Frontend], None] = lambda 
         yield
         await state.frontend.close()
 
-    app = FastAPI(title="minisgl", lifespan=lifespan)
+    api_key = state.args.api_key
+    # with a key, the schema pages are off: a browser cannot send the key to /docs anyway
+    docs: dict[str, Any] = {"docs_url": None, "redoc_url": None, "openapi_url": None} if api_key else {}
+    app = FastAPI(title="minisgl", lifespan=lifespan, **docs)
+    app.router.route_class = _OneLineErrors
 
     # ---- errors in OpenAI's shape -----------------------------------------------------------
     @app.exception_handler(ApiError)
@@ -89,17 +131,18 @@ def create_app(state: ApiState, on_startup: Callable[[Frontend], None] = lambda 
 
     @app.exception_handler(Exception)
     async def on_crash(request: Request, error: Exception) -> JSONResponse:
-        logger.exception("internal error on %s", request.url.path)
-        return JSONResponse(ApiError(500, f"internal error: {type(error).__name__}: {error}").body(), status_code=500)
+        return _internal_error(request, error)  # outside any route (rare): this one still closes the connection
 
     async def require_api_key(request: Request) -> None:
-        key = state.args.api_key
-        if key is not None and request.headers.get("authorization") != f"Bearer {key}":
+        if api_key is None:
+            return
+        given = request.headers.get("authorization", "").encode()
+        if not hmac.compare_digest(given, f"Bearer {api_key}".encode()):  # constant time: no timing oracle
             raise ApiError(401, "invalid or missing API key: send the header 'Authorization: Bearer <key>'",
                            code="invalid_api_key")
 
     # /health stays open (load balancers probe it); everything else needs the key when one is set
-    protected = APIRouter(dependencies=[Depends(require_api_key)])
+    protected = APIRouter(dependencies=[Depends(require_api_key)], route_class=_OneLineErrors)
 
     # ---- endpoints ----------------------------------------------------------------------------
     @app.get("/health")
@@ -118,33 +161,32 @@ def create_app(state: ApiState, on_startup: Callable[[Frontend], None] = lambda 
 
     @protected.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        body = parse_body(CompletionRequest, await _json(request))
+        body = await _parse(request, CompletionRequest)
         state.check_model(body.model)
-        sampling, stop = sampling_from_openai(body, ("max_tokens", body.max_tokens),
-                                              COMPLETIONS_DEFAULT_MAX_TOKENS, state.context_len)
+        sampling, stop = sampling_from_openai(body, ("max_tokens", body.max_tokens), COMPLETIONS_DEFAULT_MAX_TOKENS)
         stream = _submit(state, sampling, stop, **completion_prompt(body))
         return await _respond(stream, request, body.stream, _include_usage(body),
                               _OpenAIFormat("cmpl", "text_completion", state.model_name, chat=False))
 
     @protected.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        body = parse_body(ChatCompletionRequest, await _json(request))
+        body = await _parse(request, ChatCompletionRequest)
         state.check_model(body.model)
         if body.max_completion_tokens is not None:
             max_tokens = ("max_completion_tokens", body.max_completion_tokens)
         else:
             max_tokens = ("max_tokens", body.max_tokens)
-        sampling, stop = sampling_from_openai(body, max_tokens, state.context_len, state.context_len)
+        sampling, stop = sampling_from_openai(body, max_tokens, state.context_len)  # default: until the context is full
         stream = _submit(state, sampling, stop, messages=chat_messages(body))
         return await _respond(stream, request, body.stream, _include_usage(body),
                               _OpenAIFormat("chatcmpl", "chat.completion", state.model_name, chat=True))
 
     @protected.post("/generate")
     async def generate(request: Request) -> Response:
-        body = parse_body(GenerateRequestBody, await _json(request))
+        body = await _parse(request, GenerateRequestBody)
         if (body.text is None) == (body.input_ids is None):
             raise ApiError(400, "give exactly one of 'text' and 'input_ids'", "text")
-        sampling, stop = sampling_from_native(body.sampling_params, state.context_len)
+        sampling, stop = sampling_from_native(body.sampling_params)
         prompt = {"text": body.text} if body.text is not None else {"input_ids": body.input_ids}
         stream = _submit(state, sampling, stop, **prompt)
         return await _respond(stream, request, body.stream, True, _NativeFormat())
@@ -153,12 +195,9 @@ def create_app(state: ApiState, on_startup: Callable[[Frontend], None] = lambda 
     return app
 
 
-async def _json(request: Request) -> Any:
-    raw = await request.body()
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ApiError(400, f"the request body is not valid JSON: {error}") from None
+async def _parse(request: Request, model: type[BaseModel]) -> Any:
+    check_content_type(request.headers.get("content-type"))
+    return parse_body(model, await request.body())
 
 
 def _include_usage(body: Any) -> bool:
@@ -232,53 +271,78 @@ class _NativeFormat:
 
 async def _respond(stream: RequestStream, request: Request, streaming: bool, include_usage: bool,
                    fmt: _OpenAIFormat | _NativeFormat) -> Response:
-    """Wait for the first output (an error there is still a plain 4xx), then answer whole or stream."""
+    """Wait for the first output (an error there is still a plain 4xx), then answer whole or stream.
+    Until the stream is handed to the response, a watcher aborts the request when the client leaves."""
+    watcher = asyncio.get_running_loop().create_task(_cancel_on_disconnect(request, stream))
+    handed_over = False
     try:
-        first = await _next(stream, request)
-    except BaseException:
-        stream.close()
-        raise
-    if first is None:
-        stream.close()
-        return Response(status_code=499)  # the client left (nginx's code for it); nobody reads this
-    if first.error is not None:
-        raise ApiError(400, first.error)
-    if not streaming:
-        try:
-            whole = await _whole(stream, request, first, fmt)
-        finally:
+        first = await _next(stream)
+        if first is None:
+            return Response(status_code=499)  # the client left (nginx's code for it); nobody reads this
+        if first.error is not None:
+            raise ApiError(400, first.error)
+        if not streaming:
+            whole = await _whole(stream, first, fmt)
+            return Response(status_code=499) if whole is None else JSONResponse(whole)
+        handed_over = True  # from here Starlette notices the disconnect and cancels the events
+        return _EventStream(stream, _events(stream, first, fmt, include_usage))
+    finally:
+        watcher.cancel()
+        if not handed_over:
             stream.close()
-        return Response(status_code=499) if whole is None else JSONResponse(whole)
-    return StreamingResponse(_events(stream, request, first, fmt, include_usage), media_type="text/event-stream")
 
 
-async def _next(stream: RequestStream, request: Request) -> TextOutput | None:
+async def _cancel_on_disconnect(request: Request, stream: RequestStream) -> None:
+    """The body is read, so the next ASGI message is the disconnect: it arrives the moment the client
+    goes, not at the next poll, even while tokens flow."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    stream.cancel(ClientGone())
+
+
+class _EventStream(StreamingResponse):
+    """Server-sent events that close their request whichever way the response ends, even when it is
+    cancelled before the first event (the generator's own `finally` would not run then)."""
+
+    def __init__(self, stream: RequestStream, events: AsyncIterator[str]) -> None:
+        super().__init__(events, media_type="text/event-stream")
+        self.request_stream = stream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.request_stream.close()
+
+
+async def _next(stream: RequestStream) -> TextOutput | None:
+    """The next output, or None once the client has left."""
     try:
-        return await stream.next(request.is_disconnected)
+        return await stream.next()
     except ClientGone:
         return None
     except Unavailable as error:
         raise ApiError(503, str(error)) from None
 
 
-async def _whole(stream: RequestStream, request: Request, output: TextOutput, fmt: Any) -> dict[str, Any] | None:
+async def _whole(stream: RequestStream, output: TextOutput, fmt: Any) -> dict[str, Any] | None:
     """The whole answer, or None if the client left before it was done."""
     text, token_ids = output.text, list(output.token_ids)
     while not output.finished:
-        next_output = await _next(stream, request)
+        next_output = await _next(stream)
         if next_output is None:
             return None
         output = next_output
         text += output.text
         token_ids += output.token_ids
     if output.error is not None:
-        raise ApiError(400, output.error)
+        raise ApiError(500, output.error)
     return fmt.whole(text, token_ids, output)
 
 
-async def _events(stream: RequestStream, request: Request, output: TextOutput, fmt: Any,
-                  include_usage: bool) -> AsyncIterator[str]:
-    """Server-sent events; a disconnect cancels this generator and the `finally` aborts the request."""
+async def _events(stream: RequestStream, output: TextOutput, fmt: Any, include_usage: bool) -> AsyncIterator[str]:
+    """Server-sent events; a disconnect cancels this generator (and `_EventStream` aborts the request).
+    Anything that ends the stream early is said in the stream as an OpenAI error event."""
     try:
         first = True
         while True:
@@ -291,18 +355,34 @@ async def _events(stream: RequestStream, request: Request, output: TextOutput, f
             if output.finished:
                 yield "data: [DONE]\n\n"
                 return
-            next_output = await _next(stream, request)
+            next_output = await _next(stream)
             if next_output is None:
                 return
             output = next_output
-    except ApiError as error:  # a child died mid-stream: say so in the stream, then end it
+    except ApiError as error:  # a child died, or the server is stopping
         yield _sse(error.body())
-    finally:
-        stream.close()
+    except Exception as error:  # the headers are sent: a 500 can only be an event now
+        logger.error("internal error in a stream: %s", _one_line(error))
+        yield _sse(ApiError(500, f"internal error: {_one_line(error)}").body())
 
 
 def _sse(payload: dict[str, Any]) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, except that stopping first ends every request in flight with an error (an error
+    event for a stream), so open connections finish cleanly instead of being cut off."""
+
+    def __init__(self, config: uvicorn.Config, state: ApiState) -> None:
+        super().__init__(config)
+        self.state = state
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        frontend = self.state.frontend
+        if frontend is not None and frontend.failure is None:
+            frontend.fail_all("the server is shutting down")
+        await super().shutdown(sockets)
 
 
 def run_api_server(args: ServerArgs, processes: ServerProcesses, watcher: ChildWatcher, sock: socket.socket) -> None:
@@ -326,7 +406,7 @@ def run_api_server(args: ServerArgs, processes: ServerProcesses, watcher: ChildW
     debug = args.log_level == "debug"
     config = uvicorn.Config(create_app(state, on_startup), log_level="debug" if debug else "warning",
                             access_log=debug, timeout_graceful_shutdown=2)
-    server = uvicorn.Server(config)
+    server = _Server(config, state)
     if args.api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         logger.warning("listening on %s without --api-key: anyone who can reach this port can use the model",
                        args.host)

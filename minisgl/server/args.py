@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.process import check_tp_fits_machine
 
 DEFAULT_PORT = 8000
+API_KEY_ENV = "MINISGL_API_KEY"
 
 
 class ArgsError(ValueError):
@@ -106,7 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1, this machine only)")
     server.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help=f"HTTP port (default: {DEFAULT_PORT}; 0 = any free)")
-    server.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY' on /v1 and /generate")
+    server.add_argument("--api-key", metavar="KEY", default=os.environ.get(API_KEY_ENV) or None,
+                        help="require 'Authorization: Bearer KEY' on /v1 and /generate, and turn /docs off "
+                             f"(default: ${API_KEY_ENV}, which unlike this flag does not show in ps)")
     server.add_argument("--shell", action="store_true", help="chat in this terminal instead of serving HTTP")
     server.add_argument("--seed", type=int, default=defaults.seed,
                         help="base seed of requests that give none (default: %(default)s)")

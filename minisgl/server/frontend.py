@@ -4,20 +4,20 @@ hand each request its own stream of outputs.
 
 A request always goes to tokenizer worker `uid % num_tokenizers`, and so does its abort: one
 worker forwards both in order, so rank 0 never sees an abort before the request it cancels.
+
+A request holds a slot (one of `max_pending`) from `submit` until its last output or its abort;
+`submit` takes the slot only once the request is on its way, so a request that fails before (a
+value msgpack cannot carry) holds none.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from minisgl.core import SamplingParams
 from minisgl.message import AbortRequest, AsyncPullQueue, IpcAddresses, PushQueue, TextOutput, TokenizeRequest
-
-DISCONNECT_POLL_S = 1.0  # how often a waiting request checks whether its client is still there
-
 
 class Overloaded(Exception):
     """Too many requests in flight; the API answers 503."""
@@ -78,9 +78,10 @@ class Frontend:
         if len(self._streams) >= self.max_pending:
             raise Overloaded(f"{len(self._streams)} requests are in flight (--max-pending-requests); retry later")
         uid = next(self._uids)
+        # sent first, then the slot is taken: a request that cannot be encoded holds none (no output
+        # can arrive in between, the reader runs on this same event loop)
+        self._tokenizer_of(uid).put(TokenizeRequest(uid, sampling, text, messages, input_ids, list(stop or [])))
         self._streams[uid] = asyncio.Queue()
-        request = TokenizeRequest(uid, sampling, text, messages, input_ids, list(stop or []))
-        self._tokenizer_of(uid).put(request)
         return RequestStream(self, uid)
 
     def _tokenizer_of(self, uid: int) -> PushQueue:
@@ -115,21 +116,19 @@ class RequestStream:
         self._queue = frontend._streams[uid]
         self.finished = False
 
-    async def next(self, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> TextOutput:
-        """The next output; raises `ClientGone` if `is_disconnected()` says so while waiting."""
-        while True:
-            try:
-                item = await asyncio.wait_for(self._queue.get(), DISCONNECT_POLL_S)
-            except asyncio.TimeoutError:
-                if is_disconnected is not None and await is_disconnected():
-                    raise ClientGone from None
-                continue
-            if isinstance(item, Exception):
-                raise item
-            if item.finished:
-                self.finished = True
-                self.frontend._streams.pop(self.uid, None)
-            return item
+    async def next(self) -> TextOutput:
+        """The next output; raises what `cancel` was given (or `Unavailable` if a child died)."""
+        item = await self._queue.get()
+        if isinstance(item, Exception):
+            raise item
+        if item.finished:
+            self.finished = True
+            self.frontend._streams.pop(self.uid, None)
+        return item
+
+    def cancel(self, error: Exception) -> None:
+        """Make the waiting (or the next) `next()` raise `error`, e.g. `ClientGone` on a disconnect."""
+        self._queue.put_nowait(error)
 
     def close(self) -> None:
         if not self.finished:

@@ -1,23 +1,29 @@
 """The OpenAI-compatible request bodies, how they become `SamplingParams`, and the error JSON
-(chapter 02). Only what the engine honours is accepted: `n` other than 1 or `logprobs` get a 400
-naming the parameter, rather than being silently ignored."""
+(chapter 02).
+
+Bodies are parsed strictly: JSON only (a browser's cross-origin `text/plain` post never reaches
+the engine), no type coercion (`"5"` and `true` are not numbers), no NaN or infinity, and a
+parameter this server does not implement (`tools`, `best_of`, `suffix`, ...) is a 400 that names
+it rather than being silently ignored. Numbers are checked by `SamplingParams` itself, the one
+owner of those rules; the prompt rules (empty, too long, outside the vocabulary) come later, in
+the tokenizer worker (`check_request`).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from minisgl.core import SamplingParams
+from minisgl.core import MAX_TOKEN_ID, SamplingError, SamplingParams
 
-MAX_SEED = 2**63 - 1
+JSON_TYPES = ("application/json",)  # also any application/*+json
 
 
 class ApiError(Exception):
     """An error answered in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
 
-    TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
-             503: "server_error", 500: "server_error"}
+    TYPES = {401: "invalid_request_error", 500: "server_error", 503: "server_error"}
 
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -31,13 +37,22 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": error_type, "param": self.param, "code": self.code}}
 
 
-class StreamOptions(BaseModel):
+class _Body(BaseModel):
+    """Strict JSON: unknown fields are errors, no coercion between types, finite numbers only."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+TokenId = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
+
+
+class StreamOptions(_Body):
     include_usage: bool = False
 
 
-class SamplingFields(BaseModel):
+class SamplingFields(_Body):
     """Fields shared by /v1/completions and /v1/chat/completions. `top_k` and `ignore_eos` are
-    extensions (the openai client sends them through `extra_body`)."""
+    extensions (the openai client sends them through `extra_body`); `user` is accepted and unused."""
 
     model: str | None = None
     max_tokens: int | None = None
@@ -47,25 +62,30 @@ class SamplingFields(BaseModel):
     n: int | None = None
     stop: str | list[str] | None = None
     seed: int | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    logit_bias: dict[TokenId, float] | None = None
     ignore_eos: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None
     logprobs: bool | int | None = None
+    user: str | None = None
 
 
 class CompletionRequest(SamplingFields):
-    prompt: str | list[int] | list[str] | list[list[int]]
+    prompt: str | list[TokenId] | list[str] | list[list[TokenId]]
     echo: bool = False
 
 
-class ContentPart(BaseModel):
+class ContentPart(_Body):
     type: str
     text: str | None = None
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(_Body):
     role: Literal["system", "user", "assistant", "developer", "tool"]
     content: str | list[ContentPart] | None = None
+    name: str | None = None
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -73,7 +93,7 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = None
 
 
-class NativeSampling(BaseModel):
+class NativeSampling(_Body):
     """`sampling_params` of the native /generate endpoint."""
 
     max_new_tokens: int = 128
@@ -81,32 +101,66 @@ class NativeSampling(BaseModel):
     top_p: float = 1.0
     top_k: int = -1
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] = []
+    stop_token_ids: list[TokenId] = []
     ignore_eos: bool = False
     seed: int | None = None
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    logit_bias: dict[TokenId, float] = {}
 
 
-class GenerateRequestBody(BaseModel):
+class GenerateRequestBody(_Body):
     """Body of /generate: `text` or `input_ids`; the answer carries the output token ids."""
 
     text: str | None = None
-    input_ids: list[int] | None = None
+    input_ids: list[TokenId] | None = None
     sampling_params: NativeSampling = NativeSampling()
     stream: bool = False
 
 
-def parse_body(model: type[BaseModel], body: Any) -> Any:
-    """Validate a decoded JSON body; the first problem becomes a one-line 400 naming its field."""
+_BODIES = (StreamOptions, CompletionRequest, ContentPart, ChatMessage, ChatCompletionRequest, NativeSampling,
+           GenerateRequestBody)
+_FIELD_NAMES = {name for body in _BODIES for name in body.model_fields}
+
+
+def check_content_type(content_type: str | None) -> None:
+    """JSON or nothing: form and text bodies (which a browser may send cross-origin without asking)
+    are refused before they are read."""
+    if content_type is None:
+        return  # curl --data-binary without -H, scripts: the body must still parse as JSON
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    if media_type not in JSON_TYPES and not (media_type.startswith("application/") and media_type.endswith("+json")):
+        raise ApiError(415, f"Content-Type {media_type!r} is not supported; send JSON with "
+                            "'Content-Type: application/json'", code="unsupported_media_type")
+
+
+def parse_body(model: type[BaseModel], raw: bytes | str) -> Any:
+    """Validate a raw JSON body; the problem becomes a one-line 400 naming its parameter."""
     try:
-        return model.model_validate(body)
+        return model.model_validate_json(raw)
     except ValidationError as error:
-        first = error.errors()[0]
-        param = ".".join(str(part) for part in first["loc"]) or None
-        raise ApiError(400, f"{param or 'body'}: {first['msg']}", param=param) from None
+        raise _as_api_error(error) from None
+
+
+def _as_api_error(error: ValidationError) -> ApiError:
+    problems = error.errors(include_url=False)
+    if problems[0]["type"] == "json_invalid":
+        return ApiError(400, f"the request body is not valid JSON: {problems[0]['msg']}")
+    unknown = [".".join(str(p) for p in e["loc"]) for e in problems if e["type"] == "extra_forbidden"]
+    if unknown:
+        names = ", ".join(repr(name) for name in unknown)
+        return ApiError(400, f"unsupported parameter(s) {names}: this server does not implement them; remove them",
+                        unknown[0])
+    # A union ("str or list of ids") reports one error per form, the form's name inside `loc`:
+    # drop those names, and keep the most specific error (the deepest path).
+    paths = [[p for p in e["loc"] if isinstance(p, int) or p in _FIELD_NAMES] for e in problems]
+    best = max(range(len(problems)), key=lambda i: (len(paths[i]), -i))
+    param = ".".join(str(p) for p in paths[best]) or None
+    return ApiError(400, f"{param or 'body'}: {problems[best]['msg']}", param=param)
 
 
 def sampling_from_openai(
-    request: SamplingFields, max_tokens: tuple[str, int | None], default_max_tokens: int, context_len: int
+    request: SamplingFields, max_tokens: tuple[str, int | None], default_max_tokens: int
 ) -> tuple[SamplingParams, list[str]]:
     """`SamplingParams` and stop strings from an OpenAI body. `max_tokens` is (parameter name, value);
     the tokenizer worker later caps it at what the context leaves after the prompt."""
@@ -115,37 +169,37 @@ def sampling_from_openai(
     if request.logprobs:
         raise ApiError(400, "logprobs are not supported by this server; leave logprobs unset", "logprobs")
     param, value = max_tokens
-    if value is not None and value < 1:
-        raise ApiError(400, f"{param} must be at least 1, got {value}", param)
     return _sampling(
+        {"max_tokens": param},
         temperature=1.0 if request.temperature is None else request.temperature,
         top_p=1.0 if request.top_p is None else request.top_p,
         top_k=-1 if request.top_k is None else request.top_k,
-        max_tokens=default_max_tokens if value is None else min(value, context_len),
+        max_tokens=default_max_tokens if value is None else value,
         seed=request.seed,
         ignore_eos=request.ignore_eos,
+        frequency_penalty=request.frequency_penalty or 0.0,
+        presence_penalty=request.presence_penalty or 0.0,
+        logit_bias=request.logit_bias or {},
     ), _stop_list(request.stop)
 
 
-def sampling_from_native(params: NativeSampling, context_len: int) -> tuple[SamplingParams, list[str]]:
-    if params.max_new_tokens < 1:
-        raise ApiError(400, f"max_new_tokens must be at least 1, got {params.max_new_tokens}", "max_new_tokens")
+def sampling_from_native(params: NativeSampling) -> tuple[SamplingParams, list[str]]:
     return _sampling(
-        temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
-        max_tokens=min(params.max_new_tokens, context_len), seed=params.seed, ignore_eos=params.ignore_eos,
-        stop_token_ids=params.stop_token_ids,
+        {"max_tokens": "max_new_tokens"},
+        temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, max_tokens=params.max_new_tokens,
+        seed=params.seed, ignore_eos=params.ignore_eos, stop_token_ids=params.stop_token_ids,
+        frequency_penalty=params.frequency_penalty, presence_penalty=params.presence_penalty,
+        logit_bias=params.logit_bias,
     ), _stop_list(params.stop)
 
 
-def _sampling(**fields: Any) -> SamplingParams:
-    if fields["temperature"] < 0:
-        raise ApiError(400, f"temperature must be >= 0, got {fields['temperature']}", "temperature")
-    if not 0 < fields["top_p"] <= 1:
-        raise ApiError(400, f"top_p must be in (0, 1], got {fields['top_p']}", "top_p")
-    seed = fields["seed"]
-    if seed is not None and not 0 <= seed <= MAX_SEED:
-        raise ApiError(400, f"seed must be in [0, 2**63 - 1], got {seed}", "seed")
-    return SamplingParams(**fields)
+def _sampling(api_names: dict[str, str], **fields: Any) -> SamplingParams:
+    """`SamplingParams(**fields)`; a value it refuses is a 400 under the name the client used."""
+    try:
+        return SamplingParams(**fields)
+    except SamplingError as error:
+        param = api_names.get(error.param, error.param)
+        raise ApiError(400, f"{param} {error.requirement}, got {error.value!r}", param) from None
 
 
 def _stop_list(stop: str | list[str] | None) -> list[str]:

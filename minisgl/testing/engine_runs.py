@@ -3,7 +3,7 @@ benchmarks use it on config-only model directories."""
 
 from __future__ import annotations
 
-from minisgl.core import SamplingParams
+from minisgl.core import SamplingParams, check_request
 from minisgl.engine.engine import Engine
 from minisgl.message import GenerateRequest
 from minisgl.scheduler import LocalIO, Scheduler, SchedulerConfig
@@ -23,7 +23,11 @@ class InProcessRun:
         params = params if isinstance(params, list) else [params] * len(prompts)
         uids = list(range(self._next_uid, self._next_uid + len(prompts)))
         self._next_uid += len(prompts)
-        self.io.inbox.extend(GenerateRequest(uid, list(p), sp) for uid, p, sp in zip(uids, prompts, params))
+        config = self.engine.model_config
+        self.io.inbox.extend(
+            GenerateRequest(uid, list(p), check_request(p, sp, config.max_position_embeddings, config.vocab_size))
+            for uid, p, sp in zip(uids, prompts, params)
+        )
         tokens: dict[int, list[int]] = {uid: [] for uid in uids}
         done: set[int] = set()
         while len(done) < len(uids):

@@ -1,8 +1,8 @@
 """Run a function on N real ranks (spawned processes joined in a gloo group) and collect results.
 
 Used by the engine's tests, the chapter notebooks (chapters 01-09) and the exercise grader: every
-call gets a free port and a timeout, and a failing rank's exception comes back with its rank number
-instead of a hang.
+call gets its own rendezvous file (no port that a parallel test could take) and a timeout, and a
+failing rank's exception comes back with its rank number instead of a hang.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import pickle
 import queue
+import shutil
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -20,19 +22,20 @@ import torch
 import torch.distributed as dist
 
 from minisgl.distributed import barrier, destroy_distributed, enable_torch_distributed, set_tp_info
-from minisgl.utils import free_port
+from minisgl.distributed.loopback import bind_collectives_to_loopback, file_init_method
 
 
 class RankFailed(RuntimeError):
     """A rank raised, died, or ran out of time; the message names the rank."""
 
 
-def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, port: int, results: mp.Queue, args: tuple) -> None:
+def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, init_method: str, results: mp.Queue,
+               args: tuple) -> None:
     try:
         torch.set_num_threads(1)
+        bind_collectives_to_loopback()
         dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-            timeout=timedelta(seconds=60),
+            "gloo", init_method=init_method, rank=rank, world_size=world_size, timeout=timedelta(seconds=60),
         )
         set_tp_info(rank, world_size)
         enable_torch_distributed(dist.group.WORLD)
@@ -54,9 +57,10 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: fl
     """
     ctx = mp.get_context("spawn")
     results: mp.Queue = ctx.Queue()
-    port = free_port()
+    store_dir = tempfile.mkdtemp(prefix="minisgl-ranks-")
     procs = [
-        ctx.Process(target=_rank_main, args=(fn, rank, world_size, port, results, args), daemon=True)
+        ctx.Process(target=_rank_main, args=(fn, rank, world_size, file_init_method(store_dir), results, args),
+                    daemon=True)
         for rank in range(world_size)
     ]
     for proc in procs:
@@ -85,6 +89,7 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: fl
             proc.join(timeout=5)
             if proc.is_alive():
                 proc.kill()
+        shutil.rmtree(store_dir, ignore_errors=True)
     return [collected[rank] for rank in range(world_size)]
 
 

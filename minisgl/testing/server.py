@@ -1,5 +1,8 @@
 """Run `python -m minisgl` as a real subprocess on a free port, for the server tests and the online
-benchmark: start it, wait until `/health` answers (or it exits: then show why), stop it."""
+benchmark: start it, wait until `/health` answers (or it exits: then show why), stop it.
+
+The server binds port 0 and the kernel picks the port, which is then read from the server's own
+listening socket: no window in which a test running in parallel could take it."""
 
 from __future__ import annotations
 
@@ -12,8 +15,7 @@ import time
 from pathlib import Path
 
 import httpx
-
-from minisgl.utils import free_port
+import psutil
 
 
 class ServerFailed(RuntimeError):
@@ -22,23 +24,38 @@ class ServerFailed(RuntimeError):
 
 class RunningServer:
     def __init__(self, args: list[str], start_timeout_s: float = 240.0) -> None:
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
         fd, log_name = tempfile.mkstemp(prefix="minisgl-server-", suffix=".log")
         os.close(fd)
         self.log_path = Path(log_name)
         self._final_log: str | None = None
-        self.command = [sys.executable, "-m", "minisgl", "--port", str(self.port), *args]
+        self.command = [sys.executable, "-m", "minisgl", "--port", "0", *args]
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
         try:
-            self._wait_healthy(start_timeout_s)
+            deadline = time.monotonic() + start_timeout_s
+            self.port = self._wait_listening(deadline)
+            self.base_url = f"http://127.0.0.1:{self.port}"
+            self._wait_healthy(deadline)
         except BaseException:
             self.stop()
             raise
 
-    def _wait_healthy(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
+    def _wait_listening(self, deadline: float) -> int:
+        """The HTTP port: the server binds it first thing, before any child starts."""
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ServerFailed(f"server exited with code {self.process.returncode}:\n{self.log()}")
+            try:
+                ports = [c.laddr.port for c in psutil.Process(self.process.pid).net_connections(kind="tcp")
+                         if c.status == psutil.CONN_LISTEN]
+            except psutil.NoSuchProcess:
+                ports = []
+            if ports:
+                return ports[0]
+            time.sleep(0.1)
+        raise ServerFailed(f"server did not listen within the start timeout:\n{self.log()}")
+
+    def _wait_healthy(self, deadline: float) -> None:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise ServerFailed(f"server exited with code {self.process.returncode}:\n{self.log()}")
@@ -48,7 +65,7 @@ class RunningServer:
             except httpx.HTTPError:
                 pass
             time.sleep(0.3)
-        raise ServerFailed(f"server not healthy after {timeout_s:.0f} s:\n{self.log()}")
+        raise ServerFailed(f"server not healthy within the start timeout:\n{self.log()}")
 
     def log(self) -> str:
         if self._final_log is not None:

@@ -133,6 +133,19 @@ class Detokenizer:
             return [], []
         return self._on_tokens(message)
 
+    def fail(
+        self, message: DetokenizeStart | TokenOutput, error: Exception
+    ) -> tuple[list[TextOutput], list[AbortRequest]]:
+        """`handle(message)` raised: end that request alone with an error, and abort it at rank 0
+        unless this was its last output."""
+        uid = message.uid
+        self.streams.pop(uid, None)
+        self.early.pop(uid, None)
+        prompt_tokens = self.prompt_tokens.pop(uid, 0)
+        reason = f"detokenizing failed: {type(error).__name__}: {error}"
+        last = isinstance(message, TokenOutput) and message.finished
+        return [TextOutput(uid, "", [], True, "error", reason, prompt_tokens)], [] if last else [AbortRequest(uid)]
+
     def _on_tokens(self, output: TokenOutput) -> tuple[list[TextOutput], list[AbortRequest]]:
         uid, stream = output.uid, self.streams[output.uid]
         if output.finished:  # the scheduler is done with uid: forget it after this output

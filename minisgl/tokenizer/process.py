@@ -55,7 +55,12 @@ def run_detokenizer(model_path: Path, addrs: IpcAddresses, ready: Ready) -> None
     to_scheduler = PushQueue(addrs.scheduler)
     ready()
     while True:
-        texts, aborts = detokenizer.handle(inbox.get())
+        message = inbox.get()
+        try:
+            texts, aborts = detokenizer.handle(message)
+        except Exception as error:  # this request's text went wrong; the others go on
+            logging.error("request %d failed: %s", message.uid, _one_line(error))
+            texts, aborts = detokenizer.fail(message, error)
         for text in texts:
             to_api.put(text)
         for abort in aborts:

@@ -1,21 +1,31 @@
-"""Prompt -> token ids, in the server's tokenizer workers (chapter 02): plain text, a chat rendered
-through the model's chat template, or ids given directly. Every check that needs the token count
-(empty prompt, longer than the context, ids outside the vocabulary) happens here, before the
-request can reach rank 0."""
+"""Prompt -> token ids (chapter 02): plain text, a chat rendered through the model's chat template,
+or ids given directly. `encode_text` and `encode_chat` are the one way a prompt becomes ids, for
+the server's tokenizer workers and the offline `LLM` alike; `PromptTokenizer` then applies the
+request rules (`check_request`: empty, too long, ids outside the vocabulary) before the request
+can reach rank 0."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from transformers import AutoTokenizer
 
+from minisgl.core import check_request
 from minisgl.message import GenerateRequest, TokenizeRequest
 from minisgl.models.config import ModelConfig
 
 
-class PromptError(ValueError):
-    """A prompt this model cannot take; the message says why (the API answers it with a 400)."""
+def encode_text(tokenizer: Any, text: str) -> list[int]:
+    """Plain text, with the tokenizer's special tokens (a BOS where the model wants one)."""
+    return tokenizer(text)["input_ids"]
+
+
+def encode_chat(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
+    """A conversation through the model's chat template, ending where the assistant's answer starts.
+    The template already wrote the special tokens, so none are added again."""
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 class PromptTokenizer:
@@ -25,31 +35,14 @@ class PromptTokenizer:
         self.context_len = model_config.max_position_embeddings
         self.vocab_size = model_config.vocab_size
 
-    def encode(self, request: TokenizeRequest) -> list[int]:
-        """The prompt's token ids, tokenized exactly as the offline `LLM` does."""
+    def prepare(self, request: TokenizeRequest) -> GenerateRequest:
+        """The scheduler's request, checked and with max_tokens capped (`check_request`); raises
+        `RequestError` for a request this model cannot take."""
         if request.messages is not None:
-            text = self.tokenizer.apply_chat_template(request.messages, add_generation_prompt=True, tokenize=False)
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids = encode_chat(self.tokenizer, request.messages)
         elif request.text is not None:
-            ids = self.tokenizer(request.text)["input_ids"]
+            ids = encode_text(self.tokenizer, request.text)
         else:
             ids = list(request.input_ids or [])
-            outside = [i for i in ids if not 0 <= i < self.vocab_size]
-            if outside:
-                raise PromptError(f"token id {outside[0]} is outside the vocabulary [0, {self.vocab_size})")
-        if not ids:
-            raise PromptError("the prompt is empty")
-        if len(ids) >= self.context_len:
-            raise PromptError(
-                f"the prompt has {len(ids)} tokens; this model's context is {self.context_len} tokens"
-                " (prompt plus at least one new token): shorten the prompt"
-            )
-        return ids
-
-    def prepare(self, request: TokenizeRequest) -> GenerateRequest:
-        """The scheduler's request. max_tokens is capped at what the context leaves after the prompt,
-        so an unset (or too large) limit means "until the context is full"."""
-        ids = self.encode(request)
-        room = self.context_len - len(ids)
-        sampling = replace(request.sampling, max_tokens=min(request.sampling.max_tokens, room))
+        sampling = check_request(ids, request.sampling, self.context_len, self.vocab_size)
         return GenerateRequest(request.uid, ids, sampling)
