@@ -129,25 +129,27 @@ def check_request(input_ids: list[int], sampling: SamplingParams, context_len: i
 
 @dataclass(eq=False)  # identity: two requests are never "equal"
 class Req:
-    """One request inside a scheduler: its tokens, its KV pages, and how far its prefill got."""
+    """One request inside a scheduler: its tokens, its KV pages, and how many of its tokens have
+    their K/V in those pages. A retracted request keeps its output: the prompt plus the output so far
+    are computed again when it is admitted again (chapter 11)."""
 
     uid: int
     input_ids: list[int]
     sampling: SamplingParams
     max_total_len: int  # prompt + max_tokens: never more than the context (`check_request`)
     output_ids: list[int] = field(default_factory=list)
-    pages: list[int] = field(default_factory=list)  # page table: KV pages reserved at admission
+    pages: list[int] = field(default_factory=list)  # page table: borrowed prefix pages, then its own
     cached_len: int = 0  # tokens whose K/V are already in the pool
     generator: torch.Generator | None = None  # per-request RNG, so sampling is the same on every rank
     failure: str | None = None  # set mid-step (by the sampler) when this request alone cannot go on
 
     @property
-    def total_len(self) -> int:
-        return len(self.input_ids) + len(self.output_ids)
+    def all_ids(self) -> list[int]:
+        return self.input_ids + self.output_ids
 
     @property
-    def prefill_done(self) -> bool:
-        return self.cached_len >= len(self.input_ids)
+    def total_len(self) -> int:
+        return len(self.input_ids) + len(self.output_ids)
 
 
 @dataclass
@@ -175,6 +177,13 @@ class Batch:
     @property
     def size(self) -> int:
         return len(self.reqs)
+
+    @property
+    def emits(self) -> list[bool]:
+        """Whether row i yields a token: its new tokens reach the request's end. False only for a
+        middle chunk of a prompt, whose logits are thrown away (read it before the scheduler moves
+        `cached_len` on)."""
+        return [p + e == r.total_len for r, p, e in zip(self.reqs, self.prefix_lens, self.extend_lens)]
 
 
 @dataclass

@@ -28,7 +28,7 @@ class Mutant:
 CH00, CH01, CH02 = "ch00_getting_started.py", "ch01_tp_first_principles.py", "ch02_launch.py"
 CH03, CH04 = "ch03_communication_init.py", "ch04_weight_sharding.py"
 CH05, CH06 = "ch05_vocab_parallelism.py", "ch06_rank0_broadcast.py"
-CH07, CH09 = "ch07_tp_decoder_layer.py", "ch09_communication_volume.py"
+CH07, CH09, CH11 = "ch07_tp_decoder_layer.py", "ch09_communication_volume.py", "ch11_kv_memory.py"
 F = "torch.nn.functional"
 DIST = "torch.distributed"
 
@@ -72,6 +72,15 @@ def hand_count(src: str) -> str:
 MLP_GATE_UP = "    gate_up = torch.cat([gate[rows], up[rows]])  # [2 * intermediate / tp, hidden]: shard, then fuse"
 MLP_CHECK = ('    if intermediate % tp.size != 0:\n        raise ValueError(f"tp_size={tp.size} does not divide '
              'intermediate_size={intermediate}")\n')
+
+MATCH_WHOLE = "        whole = common_prefix_len(child.key, token_ids[pos:]) // size  # pages of this edge that match"
+MATCH_TAKE = ("        pages += child.pages[:whole]\n        if whole * size < len(child.key):\n"
+              "            break  # the match ends inside this edge\n")
+MATCH_STAMP = "        child.last_access = tree.clock\n"
+LEAF_ENTRY = "            leaves.append((node.last_access, node.id, node))"
+PARENT_PUSH = ("        if parent is not tree.root and not parent.children and parent.lock_ref == 0:\n"
+               "            heapq.heappush(leaves, (parent.last_access, parent.id, parent))\n")
+EVICT_LOOP = "    while len(freed) < num_pages and leaves:"
 
 MUTANTS = [
     # ---- chapter 00 -------------------------------------------------------------------------
@@ -291,6 +300,50 @@ MUTANTS = [
     Mutant("ring-factor-tp0", CH09, (("    _check_tp(tp_size)\n    return 2 * (tp_size - 1) / tp_size",
                                       "    return 2 * (tp_size - 1) / tp_size"),),
            "test_ring_factor", "tp_size 0 divides by zero instead of raising ValueError"),
+    # ---- chapter 11 -------------------------------------------------------------------------
+    Mutant("match-partial-page", CH11,
+           ((MATCH_WHOLE, "        whole = -(-common_prefix_len(child.key, token_ids[pos:]) // size)"),),
+           "test_match_counts_whole_pages_only", "counts a partly matched page (rounds up, not down)"),
+    Mutant("match-whole-edges-only", CH11,
+           ((MATCH_TAKE, "        if whole * size < len(child.key):\n"
+                         "            break\n        pages += child.pages\n"),),
+           "test_match_stops_inside_an_edge", "an edge that matches in part gives none of its pages"),
+    Mutant("match-no-stamp", CH11, ((MATCH_STAMP, ""),),
+           "test_match_stamps_every_node_it_goes_into", "never sets last_access: eviction is no longer LRU"),
+    Mutant("match-no-tick", CH11, (("    tree.clock += 1\n", ""),),
+           "test_match_stamps_every_node_it_goes_into", "stamps with the clock without ticking it"),
+    Mutant("match-stamps-whole-edges", CH11,
+           ((MATCH_STAMP, ""), (MATCH_TAKE, MATCH_TAKE + MATCH_STAMP)),
+           "test_match_stamps_every_node_it_goes_into", "the partly matched node keeps its old last_access"),
+    Mutant("match-returns-node-list", CH11,
+           (("        pages += child.pages[:whole]",
+             "        pages = child.pages if not pages and whole == len(child.pages) "
+             "else pages + child.pages[:whole]"),),
+           "test_match_changes_nothing_else_and_returns_its_own_list",
+           "returns the first node's own page list, which the caller then extends"),
+    Mutant("match-engine", CH11, (("    size = tree.page_size\n", "    return tree.match(token_ids)[1]\n"),),
+           "test_match_returns_the_pages_of_the_longest_cached_prefix", "calls the engine's RadixTree.match"),
+    Mutant("evict-most-recent-first", CH11,
+           ((LEAF_ENTRY, "            leaves.append((-node.last_access, node.id, node))"),),
+           "test_evict_least_recently_used_first", "evicts the most recently used leaf first"),
+    Mutant("evict-ties-newest", CH11, ((LEAF_ENTRY, "            leaves.append((node.last_access, -node.id, node))"),),
+           "test_evict_breaks_ties_by_the_oldest_node", "breaks last_access ties by the newest node"),
+    Mutant("evict-locked", CH11, (("        if not node.children and node.lock_ref == 0:",
+                                   "        if not node.children:"),),
+           "test_evict_never_takes_a_locked_node", "evicts a leaf a running request still uses"),
+    Mutant("evict-parent-stays", CH11, ((PARENT_PUSH, ""),),
+           "test_evict_lets_a_parent_follow_its_last_child", "a parent left without children never goes"),
+    Mutant("evict-stale-counter", CH11, (("        tree.num_evictable -= len(leaf.pages)\n", ""),),
+           "test_evict_stops_once_it_has_enough", "forgets to count the evicted pages out of num_evictable"),
+    Mutant("evict-keeps-child-entry", CH11, (("        del parent.children[tuple(leaf.key[:tree.page_size])]\n", ""),),
+           "test_evict_lets_a_parent_follow_its_last_child", "the evicted node stays in its parent's children"),
+    Mutant("evict-everything", CH11, ((EVICT_LOOP, "    while leaves:"),),
+           "test_evict_stops_once_it_has_enough", "evicts every unlocked leaf, however few pages were asked"),
+    Mutant("evict-at-least-one", CH11, ((EVICT_LOOP, "    while (not freed or len(freed) < num_pages) and leaves:"),),
+           "test_evict_takes_nothing_for_zero_pages", "always evicts one node, even for 0 pages"),
+    Mutant("evict-engine", CH11, (("    leaves, stack = [], list(tree.root.children.values())\n",
+                                   "    return tree.evict(num_pages)\n"),),
+           "test_evict_random_trees", "calls the engine's RadixTree.evict"),
     # ---- the capstone (chapter 15): the same functions inside the engine --------------------
     Mutant("capstone-head-rank-major", CH05, ((HEAD_ORDER, "    logits = gathered.reshape(n, tp * shard_size)"),),
            "test_your_tensor_parallelism_serves_a_model", "LM head blocks out of order: wrong tokens at tp > 1",

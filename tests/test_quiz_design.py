@@ -80,6 +80,7 @@ COMPUTED = {  # numeric keys that follow from the seeds' configs, so a key canno
     ("09", "Q7"): 2048 * _AR_BYTES * _AR_COUNT / MIB, ("09", "Q8"): 16 * _AR_BYTES / KIB,
     ("09", "Q9"): 8 * MIB // _AR_BYTES, ("10", "Q2"): 500e6 * 2 / 4e12 * 1e6,
     ("10", "Q3"): 64 * 1000 * _SMOL_KV_TOKEN / MIB,
+    ("11", "Q1"): 2 * _SMOL_KV_TOKEN / KIB, ("11", "Q2"): (1 << 30) // (8192 * 2 * _SMOL_KV_TOKEN),
 }
 
 

@@ -21,6 +21,11 @@ def _req(uid: int = 0, output_ids: list[int] | None = None, **params) -> Req:
                generator=make_generator(uid))
 
 
+def sample_every_row(logits: torch.Tensor, reqs: list[Req]) -> list[int]:
+    """Every row ends its prompt (no middle chunk), so every row draws."""
+    return sample(logits, reqs, [True] * len(reqs))
+
+
 def _logits(rows: int = 1, scale: float = 30.0) -> torch.Tensor:
     return torch.randn(rows, VOCAB, generator=torch.Generator().manual_seed(rows)) * scale  # [rows, vocab]
 
@@ -30,22 +35,22 @@ def test_tiny_temperatures_give_the_most_likely_token(temperature: float) -> Non
     # before: logits / 1e-45 overflowed to inf, softmax gave nan, and torch.multinomial raised in every rank
     logits = _logits(3)
     reqs = [_req(i, temperature=temperature) for i in range(3)]
-    assert sample(logits, reqs) == logits.argmax(-1).tolist()
+    assert sample_every_row(logits, reqs) == logits.argmax(-1).tolist()
     assert all(r.failure is None for r in reqs)
 
 
 def test_huge_temperature_samples_something_valid() -> None:
     reqs = [_req(i, temperature=1e300, seed=i) for i in range(4)]
-    tokens = sample(_logits(4), reqs)
+    tokens = sample_every_row(_logits(4), reqs)
     assert all(0 <= t < VOCAB for t in tokens) and all(r.failure is None for r in reqs)
 
 
 def test_logit_bias_moves_the_greedy_choice() -> None:
     logits = _logits(1, scale=10.0)  # spread well below the bias of 100
     best, other = int(logits.argmax()), int(logits.argmin())
-    assert sample(logits, [_req(temperature=0, logit_bias={other: 100.0})]) == [other]
+    assert sample_every_row(logits, [_req(temperature=0, logit_bias={other: 100.0})]) == [other]
     runner_up = int(logits[0].topk(2).indices[1])
-    assert sample(logits, [_req(temperature=0, logit_bias={best: -100.0})]) == [runner_up]
+    assert sample_every_row(logits, [_req(temperature=0, logit_bias={best: -100.0})]) == [runner_up]
 
 
 def test_penalties_follow_openais_definition() -> None:
@@ -53,14 +58,14 @@ def test_penalties_follow_openais_definition() -> None:
     logits[0, 7], logits[0, 8], logits[0, 9] = 3.0, 2.5, 1.0
     generated = [7, 7, 7, 8]  # 7 three times, 8 once
     # frequency: 7 -> 3 - 3 * 0.5 = 1.5, 8 -> 2.5 - 0.5 = 2.0: 8 wins
-    assert sample(logits, [_req(output_ids=generated, temperature=0, frequency_penalty=0.5)]) == [8]
+    assert sample_every_row(logits, [_req(output_ids=generated, temperature=0, frequency_penalty=0.5)]) == [8]
     # presence: 7 -> 3 - 1.8, 8 -> 2.5 - 1.8, 9 untouched at 1.0: 7 (1.2) still wins
-    assert sample(logits, [_req(output_ids=generated, temperature=0, presence_penalty=1.8)]) == [7]
+    assert sample_every_row(logits, [_req(output_ids=generated, temperature=0, presence_penalty=1.8)]) == [7]
     # both: 7 -> 3 - 1.5 - 0.9 = 0.6, 8 -> 2.5 - 0.5 - 0.9 = 1.1, 9 untouched at 1.0: 8 wins
     both = dict(frequency_penalty=0.5, presence_penalty=0.9)
-    assert sample(logits, [_req(output_ids=generated, temperature=0, **both)]) == [8]
+    assert sample_every_row(logits, [_req(output_ids=generated, temperature=0, **both)]) == [8]
     # a negative penalty encourages repetition: 9 -> 1 + 2 * 2 = 5
-    assert sample(logits, [_req(output_ids=[9, 9], temperature=0, frequency_penalty=-2.0)]) == [9]
+    assert sample_every_row(logits, [_req(output_ids=[9, 9], temperature=0, frequency_penalty=-2.0)]) == [9]
 
 
 def test_only_plain_greedy_requests_skip_the_sampler() -> None:
@@ -75,10 +80,10 @@ def test_a_row_that_cannot_be_sampled_fails_alone() -> None:
     logits = _logits(3)
     logits[1] = float("nan")  # the model broke down on this request's input
     reqs = [_req(i, temperature=0.8, seed=i) for i in range(3)]
-    tokens = sample(logits, reqs)
+    tokens = sample_every_row(logits, reqs)
     assert reqs[1].failure is not None and "non-finite logits" in reqs[1].failure
     assert reqs[0].failure is None and reqs[2].failure is None
-    alone = [sample(logits[i : i + 1], [_req(i, temperature=0.8, seed=i)])[0] for i in (0, 2)]
+    alone = [sample_every_row(logits[i : i + 1], [_req(i, temperature=0.8, seed=i)])[0] for i in (0, 2)]
     assert [tokens[0], tokens[2]] == alone  # the others drew exactly what they draw alone
 
 

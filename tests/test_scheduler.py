@@ -81,17 +81,21 @@ def test_sampling_with_seed_is_identical_across_tp(llama_dir) -> None:
     assert _generate(llama_dir, prompts, params, tp_size=2) == _generate(llama_dir, prompts, params)
 
 
-def test_abort_frees_the_requests_pages(llama_dir) -> None:
-    with LLM(llama_dir, dtype="float32", num_pages=1024, progress=False) as llm:
-        backend = llm._backend
-        free_before = backend.scheduler.pool.allocator.num_free
-        backend.submit([GenerateRequest(100, [5, 6, 7], SamplingParams(temperature=0, max_tokens=50, ignore_eos=True))])
-        backend.collect()  # prefill ran: pages are reserved
-        assert backend.scheduler.pool.allocator.num_free < free_before
-        backend.submit([AbortRequest(100)])
-        outputs = backend.collect()
+@pytest.mark.parametrize("cache", ["naive", "radix"])
+def test_abort_frees_the_requests_pages(llama_dir, cache: str) -> None:
+    with LLM(llama_dir, dtype="float32", num_pages=1024, cache=cache, progress=False) as llm:
+        scheduler = llm._backend.scheduler
+        free_before = scheduler.pool.allocator.num_free
+        llm._backend.submit([GenerateRequest(100, [5, 6, 7], SamplingParams(temperature=0, max_tokens=50,
+                                                                            ignore_eos=True))])
+        llm._backend.collect()  # prefill ran: pages are taken
+        assert scheduler.pool.allocator.num_free < free_before
+        llm._backend.submit([AbortRequest(100)])
+        outputs = llm._backend.collect()
         assert any(o.uid == 100 and o.finish_reason == "abort" for o in outputs)
-        assert backend.scheduler.pool.allocator.num_free == free_before
+        # the radix cache keeps the prompt's 3 pages for a later request, evictable: used by none
+        assert scheduler.cache.num_evictable == (3 if cache == "radix" else 0)
+        assert scheduler.pool.allocator.num_free + scheduler.cache.num_evictable == free_before
 
 
 def test_page_size_does_not_change_tokens(llama_dir) -> None:

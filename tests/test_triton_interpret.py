@@ -76,6 +76,26 @@ def test_engine_with_triton_backend_and_overlap_matches_torch_backend(tiny_model
     assert outputs[0] == outputs[1]
 
 
+@pytest.mark.timeout(300)
+def test_engine_with_triton_backend_prefix_hits_and_retraction_match_torch_backend(tiny_model_dir) -> None:
+    """Prefix hits reach the extend kernel as prefix_len > 0 over borrowed pages, and a pool of 15
+    pages makes decode steps grow page tables and retract a request."""
+    stem = list(range(100, 130))
+    prompts = [stem + [5, 6, 7], stem + [8, 9], list(range(300, 330))]
+    params = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+    outputs = []
+    for backend, cache, num_pages in (("torch", "naive", 256), ("triton", "radix", 15)):
+        run = InProcessRun(SchedulerConfig(
+            model_path=tiny_model_dir("llama"), dtype="float32", num_pages=num_pages, page_size=4,
+            attention_backend=backend, overlap_schedule=True, cache=cache, progress=False,
+        ))
+        outputs.append(run.generate(prompts, params))
+        stats = run.scheduler.stats()
+        run.close()
+    assert stats.retracted_total > 0 and stats.cached_tokens_total > 0
+    assert outputs[0] == outputs[1]
+
+
 @pytest.mark.parametrize("layout", ["row-parallel-shard", "transposed"])
 def test_small_batch_linear_takes_a_weight_that_is_not_contiguous(layout: str) -> None:
     # Chapter 07's reference MLP keeps `down.chunk(tp, dim=1)[rank]`: rows of the shard lie `in`

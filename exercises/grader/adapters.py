@@ -27,7 +27,7 @@ NAMED_IMPLS = {"exercises": REPO_ROOT / "exercises", "solutions": REPO_ROOT / "s
 
 CH00, CH01, CH02, CH03 = "ch00_getting_started", "ch01_tp_first_principles", "ch02_launch", "ch03_communication_init"
 CH04, CH05, CH06 = "ch04_weight_sharding", "ch05_vocab_parallelism", "ch06_rank0_broadcast"
-CH07, CH09 = "ch07_tp_decoder_layer", "ch09_communication_volume"
+CH07, CH09, CH11 = "ch07_tp_decoder_layer", "ch09_communication_volume", "ch11_kv_memory"
 
 
 def resolve_impl(spec: str) -> str:
@@ -175,6 +175,15 @@ def local_shapes(impl: str, hf_config: dict[str, Any], tp_size: int, dtype_bytes
 def comm_volume(impl: str, function: str, *args: Any) -> Any:
     """Call one of chapter 09's calculator functions by name."""
     return _call("09-communication-volume/comm-volume", impl, CH09, function, *args)
+
+
+# ---- chapter 11 --------------------------------------------------------------------------------
+def match_prefix(impl: str, tree: Any, token_ids: list[int]) -> Any:
+    return _call("11-kv-memory/match", impl, CH11, "match_prefix", tree, token_ids)
+
+
+def evict(impl: str, tree: Any, num_pages: int) -> Any:
+    return _call("11-kv-memory/evict", impl, CH11, "evict", tree, num_pages)
 
 
 # ---- quizzes -----------------------------------------------------------------------------------

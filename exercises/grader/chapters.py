@@ -14,7 +14,8 @@ CHAPTERS: dict[str, str] = {
     "08": "08-process-structures",
     "09": "09-communication-volume",
     "10": "10-gpu-path",
-    "15": "15-capstone",  # 11-14 are kept for chapters to come (KV memory, scale-out, pipeline, MoE)
+    "11": "11-kv-memory",
+    "15": "15-capstone",  # 12-14 are kept for chapters to come (scale-out, pipeline, MoE)
 }
 
 
@@ -45,6 +46,8 @@ TASK_POINTS: dict[str, float] = {
     "07-tp-decoder-layer/tp-mlp": 10,
     "07-tp-decoder-layer/local-shapes": 5,
     "09-communication-volume/comm-volume": 10,
+    "11-kv-memory/match": 5,
+    "11-kv-memory/evict": 10,
     "15-capstone/serve": 20,
 }
 

@@ -23,6 +23,7 @@ EMBEDDING = "minisgl.layers.embedding"
 WEIGHT = "minisgl.models.weight"
 PROCESS = "minisgl.process.group"
 IO = "minisgl.scheduler.io"
+RADIX = "minisgl.kvcache.radix_tree"
 
 _COLUMN = (f"{LINEAR}:_LinearBase.forward", f"{LINEAR}:_LinearBase.forward_rms_normed")
 _ROW = (f"{LINEAR}:RowParallelLinear.forward", f"{LINEAR}:RowParallelLinear._sum_partials",
@@ -57,6 +58,8 @@ OFF_LIMITS: dict[str, tuple[str, ...]] = {
     "06-rank0-broadcast/receive-step": (f"{IO}:ZmqIO.receive",),
     "07-tp-decoder-layer/tp-mlp": _COLUMN + _ROW + ("minisgl.models.llama:LlamaMLP.forward",),
     "07-tp-decoder-layer/local-shapes": _LOCAL_SIZES + _KV_HEADS + _VOCAB_SHARD,
+    "11-kv-memory/match": (f"{RADIX}:RadixTree.match",),
+    "11-kv-memory/evict": (f"{RADIX}:RadixTree.evict",),
 }
 
 def resolve(path: str) -> FunctionType:

@@ -1,10 +1,11 @@
 """Each live request's KV page ids, kept in one row of a table on the device, for the backends that
 read the pool in place through a page table: Triton and FlashInfer (chapter 10).
 
-A row is written once per request, when the request first shows up (the scheduler reserves all of a
-request's pages at admission, so its row never changes; pages appended later are uploaded as they
-appear). A step then only uploads each request's row index: a few hundred bytes, whatever the
-context length. Row 0 is never handed out: it points at page 0, which the allocator never hands out
+A row is written when its request first shows up; after that, a step uploads only the pages the
+request gained since (a decode step adds one page at a time as the request grows, chapter 11) and
+each request's row index: a few hundred bytes, whatever the context length. Pages are only ever
+appended to a live row; a retracted request releases its row, and gets a fresh one when it is
+admitted again. Row 0 is never handed out: it points at page 0, which the allocator never hands out
 either, so CUDA-graph padding rows read harmless data.
 """
 

@@ -173,7 +173,7 @@ class Engine:
     @torch.inference_mode()
     def forward(self, batch: Batch) -> list[int]:
         """Run the model on `batch` and sample one token per request (identical on every rank)."""
-        return sample(self.forward_logits(batch), batch.reqs)
+        return sample(self.forward_logits(batch), batch.reqs, batch.emits)
 
     @torch.inference_mode()
     def forward_async(self, batch: Batch) -> TokenFuture:

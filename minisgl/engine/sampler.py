@@ -3,7 +3,9 @@ top-p, with a per-request seeded generator (chapters 05 and 06).
 
 Every rank holds identical full logits after the LM head's all-gather, and every request carries
 its own generator seeded identically on every rank, so all ranks draw the same token without
-another collective. A request's draws do not depend on which other requests share its batch.
+another collective. A request's draws do not depend on which other requests share its batch, nor
+on how its prompt was cut into chunks: a middle chunk draws nothing. So a request retracted and
+computed again (chapter 11) goes on with the very draws it would have made.
 
 A request whose row cannot be sampled (the model gave non-finite logits) does not stop the rank:
 its `failure` is set, identically on every rank, and the scheduler ends that request alone.
@@ -16,12 +18,14 @@ import torch
 from minisgl.core import Req
 
 
-def sample(logits: torch.Tensor, reqs: list[Req]) -> list[int]:
-    """logits [num_reqs, vocab] -> one token id per request (for a failed request, any id: unused)."""
+def sample(logits: torch.Tensor, reqs: list[Req], emits: list[bool]) -> list[int]:
+    """logits [num_reqs, vocab] -> one token id per request; rows with `emits[i]` False (a middle
+    chunk of a prompt: its token is thrown away) take the argmax without drawing. For a failed
+    request the id is unused."""
     logits = logits.float()
     tokens = torch.argmax(logits, dim=-1).tolist()  # plain greedy answer, used as-is where it applies
     for i, req in enumerate(reqs):
-        if req.sampling.is_plain_greedy:
+        if not emits[i] or req.sampling.is_plain_greedy:
             continue
         try:
             tokens[i] = _sample_one(logits[i], req)

@@ -57,7 +57,8 @@ class MultiProcessBackend:
 
     def collect(self) -> list[TokenOutput]:
         while True:
-            outputs = self.outputs.get_all(POLL_MS)
+            # rank 0 also sends its SchedulerStats this way (for a server's /metrics): not needed here
+            outputs = [o for o in self.outputs.get_all(POLL_MS) if isinstance(o, TokenOutput)]
             if outputs:
                 return outputs
             self.group.check_alive()  # a dead rank is an error, never a hang

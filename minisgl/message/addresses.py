@@ -5,9 +5,11 @@ Each address is named after the one process that reads from it (and binds it, `q
     tokenizers[i]  <- the API pushes TokenizeRequests (and aborts) to tokenizer worker i
     scheduler      <- tokenizers push GenerateRequests (the LLM pushes them itself); rank 0 pulls
     broadcast      <- rank 0 publishes each step's messages; every other rank subscribes
-    detokenizer    <- rank 0 pushes TokenOutputs, tokenizers push DetokenizeStarts; the offline
-                      LLM has no detokenizer and reads rank 0's TokenOutputs here itself
-    api            <- the detokenizer pushes TextOutputs; the API (or the shell) pulls
+    detokenizer    <- rank 0 pushes TokenOutputs and, once a second, SchedulerStats; tokenizers
+                      push DetokenizeStarts; the offline LLM has no detokenizer and reads rank 0's
+                      TokenOutputs here itself
+    api            <- the detokenizer pushes TextOutputs and passes SchedulerStats on; the API
+                      (or the shell) pulls
 """
 
 from __future__ import annotations

@@ -47,8 +47,26 @@ class TokenOutput:
     error: str | None = None
 
 
-Message = Union[GenerateRequest, AbortRequest, ShutdownRequest, TokenOutput]
-_TYPES: dict[str, type] = {cls.__name__: cls for cls in (GenerateRequest, AbortRequest, ShutdownRequest, TokenOutput)}
+@dataclass
+class SchedulerStats:
+    """Rank-0 scheduler -> detokenizer -> API, about once a second: what `/metrics` shows
+    (chapter 11). The totals count since the server started."""
+
+    num_running: int  # requests decoding or prefilling
+    num_waiting: int  # queued, retracted ones included
+    kv_pages_total: int  # pages requests can get (page 0 is never handed out)
+    kv_pages_free: int
+    kv_pages_cached: int  # held by the prefix cache for later requests, used by none now: evictable
+    prompt_tokens_total: int  # tokens prefilled at admission (a retracted request counts again)
+    cached_tokens_total: int  # of those, found in the prefix cache instead of computed
+    retracted_total: int
+    generated_tokens_total: int
+
+
+Message = Union[GenerateRequest, AbortRequest, ShutdownRequest, TokenOutput, SchedulerStats]
+_TYPES: dict[str, type] = {
+    cls.__name__: cls for cls in (GenerateRequest, AbortRequest, ShutdownRequest, TokenOutput, SchedulerStats)
+}
 
 
 def register_message(cls: type) -> type:

@@ -10,13 +10,14 @@ from minisgl.kvcache import KVCachePool
 
 
 def make_prefill_batch(reqs: list[Req], chunk_lens: list[int], pool: KVCachePool, device: torch.device) -> Batch:
-    """The next `chunk_lens[i]` prompt tokens of each request, after its `cached_len` cached ones."""
+    """The next `chunk_lens[i]` tokens of each request, after its `cached_len` cached ones (a
+    retracted request's output so far is computed again with its prompt)."""
     input_ids: list[int] = []
     positions: list[int] = []
     slots: list[int] = []
     for req, chunk in zip(reqs, chunk_lens):
         start, end = req.cached_len, req.cached_len + chunk
-        input_ids += req.input_ids[start:end]
+        input_ids += req.all_ids[start:end]
         positions += range(start, end)
         slots += pool.slots(req.pages, start, end)
     return _to_batch("prefill", reqs, input_ids, positions, slots, [r.cached_len for r in reqs], chunk_lens, device)

@@ -16,7 +16,17 @@ from typing import Protocol
 import torch.distributed as dist
 
 from minisgl.distributed import DistributedInfo, barrier, broadcast_count
-from minisgl.message import IpcAddresses, Message, PubQueue, PullQueue, PushQueue, SubQueue, TokenOutput, decode_message
+from minisgl.message import (
+    IpcAddresses,
+    Message,
+    PubQueue,
+    PullQueue,
+    PushQueue,
+    SchedulerStats,
+    SubQueue,
+    TokenOutput,
+    decode_message,
+)
 
 IDLE_POLL_MS = 50  # an idle rank 0 still broadcasts a zero count this often, so peers never time out
 PEER_TIMEOUT_MS = 120_000
@@ -31,6 +41,10 @@ class SchedulerIO(Protocol):
         """Hand results to the frontend (rank 0 only; other ranks drop them)."""
         ...
 
+    def send_stats(self, stats: SchedulerStats) -> None:
+        """Hand the scheduler's numbers to the frontend, for `/metrics` (rank 0 only)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -38,6 +52,7 @@ class LocalIO:
     def __init__(self) -> None:
         self.inbox: deque[Message] = deque()
         self.outbox: list[TokenOutput] = []
+        self.stats: SchedulerStats | None = None  # the latest
 
     def receive(self, blocking: bool) -> list[Message]:
         messages = list(self.inbox)
@@ -46,6 +61,9 @@ class LocalIO:
 
     def send(self, outputs: list[TokenOutput]) -> None:
         self.outbox.extend(outputs)
+
+    def send_stats(self, stats: SchedulerStats) -> None:
+        self.stats = stats
 
     def close(self) -> None:
         pass
@@ -88,6 +106,10 @@ class ZmqIO:
         if self.tp_info.is_primary:
             for output in outputs:
                 self.outputs.put(output)
+
+    def send_stats(self, stats: SchedulerStats) -> None:
+        if self.tp_info.is_primary:  # along the outputs' path: the detokenizer passes it on to the API
+            self.outputs.put(stats)
 
     def close(self) -> None:
         for queue in self._queues:

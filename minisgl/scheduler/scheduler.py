@@ -3,10 +3,16 @@
 Every rank runs this same loop on the same messages in the same order (rank 0 broadcasts them),
 so every rank takes the same decisions without asking the others (chapter 06):
 - prefill first: continue half-prefilled prompts, then admit waiting ones FIFO while the token
-  budget, the running-request limit and the KV pool allow; a prompt longer than the budget is
+  budget, the running-request limit and the KV budget allow; a prompt longer than the budget is
   chunked over several steps;
 - otherwise decode every running request, sorted by uid.
-Admission reserves KV pages for the prompt plus `max_tokens`, so a running request never runs out.
+
+KV pages come on demand (chapter 11, `kv_budget.py`): admission takes pages for the prompt only,
+less the prefix the radix cache lends it, and a decode step gives a request one more page when its
+next token starts one. When a decode step cannot get its pages, the most recently admitted requests
+are retracted: their KV goes back to the cache, their tokens stay, and they wait at the front of
+the queue to be computed again. A request alone always fits (`_add_request` checks it), so the
+oldest request always makes progress.
 
 Overlap (chapter 10, on by default on CUDA): the step is launched without waiting for its tokens,
 and the previous step's tokens are processed while the device runs it. Bookkeeping that needs no
@@ -23,10 +29,13 @@ One request never stops the loop: whatever concerns one request alone (its admis
 sampling) fails that request with an error output and frees its KV pages, identically on every
 rank. A failing forward step stops the rank (its peers wait in a collective, or the device is in
 an unknown state), with an error that names the requests of the step.
+A retraction waits for the pending step's tokens first, so a retracted request holds no placeholder.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -37,13 +46,18 @@ import torch
 from minisgl.core import Batch, Req, RequestError
 from minisgl.engine.engine import Engine, TokenFuture
 from minisgl.engine.sampler import make_generator
-from minisgl.message import AbortRequest, GenerateRequest, Message, ShutdownRequest, TokenOutput
+from minisgl.kvcache import create_prefix_cache
+from minisgl.message import AbortRequest, GenerateRequest, Message, SchedulerStats, ShutdownRequest, TokenOutput
 
 from .batch import make_decode_batch, make_prefill_batch
 from .config import SchedulerConfig
 from .io import SchedulerIO
+from .kv_budget import KVBudget
+
+logger = logging.getLogger(__name__)
 
 HOST = torch.device("cpu")  # batches are built here; the engine moves them without a sync
+STATS_INTERVAL_S = 1.0  # how often rank 0 sends its numbers for /metrics
 
 
 class Scheduler:
@@ -52,11 +66,16 @@ class Scheduler:
         self.engine = engine
         self.io = io
         self.pool = engine.kv_pool
+        self.cache = create_prefix_cache(config.cache, self.pool.allocator, self.pool.page_size)
+        self.kv = KVBudget(self.cache, self.pool)
         self.eos_ids = set(engine.model_config.eos_token_ids)
         self.waiting: deque[Req] = deque()
         self.prefilling: list[Req] = []  # admitted, prompt not fully in the KV cache yet
-        self.running: dict[int, Req] = {}  # decoding
+        self.running: dict[int, Req] = {}  # decoding, in the order they were admitted
         self.stopped = False
+        self.num_retracted = 0
+        self.num_generated = 0
+        self._stats_sent_at = 0.0
         # overlap: the launched step whose tokens are not processed yet, with (batch row, request,
         # index of its placeholder in output_ids) of each request that gets a token
         self.pending: tuple[list[tuple[int, Req, int]], TokenFuture] | None = None
@@ -89,6 +108,22 @@ class Scheduler:
                     self.io.send(self._complete(self._advance(batch), tokens))
         self._complete_pending()
         self.pending = launched
+        if time.monotonic() - self._stats_sent_at >= STATS_INTERVAL_S:
+            self.io.send_stats(self.stats())
+            self._stats_sent_at = time.monotonic()
+
+    def stats(self) -> SchedulerStats:
+        return SchedulerStats(
+            num_running=self._num_admitted(),
+            num_waiting=len(self.waiting),
+            kv_pages_total=self.pool.allocator.num_pages - 1,
+            kv_pages_free=self.pool.allocator.num_free,
+            kv_pages_cached=self.cache.num_evictable,
+            prompt_tokens_total=self.kv.prompt_tokens,
+            cached_tokens_total=self.kv.cached_tokens,
+            retracted_total=self.num_retracted,
+            generated_tokens_total=self.num_generated,
+        )
 
     def _all_plain_greedy(self) -> bool:
         return all(r.sampling.is_plain_greedy for r in chain(self.waiting, self.prefilling, self.running.values()))
@@ -145,19 +180,21 @@ class Scheduler:
         for req in self.prefilling:  # half-prefilled prompts continue first
             if budget == 0:
                 break
-            chunk = min(len(req.input_ids) - req.cached_len, budget)
+            chunk = min(req.total_len - req.cached_len, budget)
             reqs.append(req)
             chunks.append(chunk)
             budget -= chunk
+        reserved = sum(self.kv.reserve(r) for r in chain(self.prefilling, self.running.values()))
+        admitted: list[Req] = []
         while budget > 0 and self.waiting and self._num_admitted() < self.config.max_running_requests:
             req = self.waiting[0]
-            pages = self.pool.pages_for(req.max_total_len)
-            if pages > self.pool.allocator.num_free:
-                break  # FIFO: later requests wait behind this one until pages free up
+            if self.cache.should_wait(req, admitted) or not self.kv.admit(req, reserved):
+                break  # FIFO: later requests wait behind this one, for its prefix to be cached or pages to free
             self.waiting.popleft()
-            req.pages = self.pool.allocator.allocate(pages)
             self.prefilling.append(req)
-            chunk = min(len(req.input_ids), budget)
+            admitted.append(req)
+            reserved += self.kv.reserve(req)
+            chunk = min(req.total_len - req.cached_len, budget)
             reqs.append(req)
             chunks.append(chunk)
             budget -= chunk
@@ -166,10 +203,32 @@ class Scheduler:
         return make_prefill_batch(reqs, chunks, self.pool, HOST)
 
     def _schedule_decode(self) -> Batch | None:
+        reqs = self._decodable()
+        if self.kv.missing_pages(reqs) > self.cache.available and self.pending is not None:
+            self._complete_pending()  # retract only requests whose every token is known
+            reqs = self._decodable()
+        retracted: list[Req] = []
+        while self.kv.missing_pages(reqs) > self.cache.available:
+            victim = next(reversed(self.running.values()))  # the most recently admitted
+            self._retract(victim)
+            retracted.append(victim)
+            reqs = [r for r in reqs if r is not victim]
+        if retracted:
+            self.kv.retracted()
+            if self.config.tp_info.is_primary:
+                logger.warning(
+                    "KV cache full: retracted request(s) %s (%d tokens) to the waiting queue, to be computed again; "
+                    "%d running", ", ".join(str(r.uid) for r in retracted), sum(r.total_len for r in retracted),
+                    len(self.running))
+        if not reqs:
+            return None
+        self.kv.grow(reqs)
+        return make_decode_batch(reqs, self.pool, HOST)
+
+    def _decodable(self) -> list[Req]:
         # same order on every rank; a request already at its length limit only awaits its last token
         reqs = [r for r in self.running.values() if not self._at_length_limit(r, len(r.output_ids))]
-        reqs.sort(key=lambda r: r.uid)
-        return make_decode_batch(reqs, self.pool, HOST) if reqs else None
+        return sorted(reqs, key=lambda r: r.uid)
 
     def _num_admitted(self) -> int:
         return len(self.prefilling) + len(self.running)
@@ -179,13 +238,14 @@ class Scheduler:
         """What a step does to the requests before its tokens are known: KV progress, prefill ->
         decode, and a placeholder output slot. Returns (batch row, request, slot index) per token."""
         expecting: list[tuple[int, Req, int]] = []
-        for row, (req, extend) in enumerate(zip(batch.reqs, batch.extend_lens)):
+        for row, (req, extend, emits) in enumerate(zip(batch.reqs, batch.extend_lens, batch.emits)):
             req.cached_len += extend
-            if not req.prefill_done:
+            if not emits:
                 continue  # a middle chunk: its sample is meaningless, the prompt goes on next step
             if batch.phase == "prefill":
                 self.prefilling.remove(req)
                 self.running[req.uid] = req
+                self.cache.cache_prompt(req)  # requests admitted from now on may share it
             req.output_ids.append(-(row + 1))  # placeholder: token `row` of this step
             expecting.append((row, req, len(req.output_ids) - 1))
         return expecting
@@ -202,6 +262,7 @@ class Scheduler:
                 continue
             token = tokens[row]
             req.output_ids[index] = token
+            self.num_generated += 1
             reason = self._finish_reason(req, token, num_output=index + 1)
             if reason is not None:
                 del req.output_ids[index + 1 :]  # placeholders of a step launched meanwhile
@@ -223,15 +284,27 @@ class Scheduler:
         return num_output >= req.sampling.max_tokens or len(req.input_ids) + num_output >= req.max_total_len
 
     def _finish(self, req: Req) -> None:
-        """Forget `req` wherever it is and give its KV pages back."""
+        """Forget `req` wherever it is and give its KV pages back (to the prefix cache, which keeps
+        what later requests may reuse)."""
         if req in self.waiting:
-            self.waiting.remove(req)
+            self.waiting.remove(req)  # holds no pages (never admitted, or retracted)
+            return
         if req in self.prefilling:
             self.prefilling.remove(req)
         self.running.pop(req.uid, None)
-        self.engine.release(req)
-        self.pool.allocator.free(req.pages)
-        req.pages = []
+        self._release_kv(req)
+
+    def _retract(self, req: Req) -> None:
+        """Back to the front of the queue without its KV; its tokens so far are computed again on
+        re-admission, and its generator carries on where it was."""
+        del self.running[req.uid]
+        self._release_kv(req)
+        self.waiting.appendleft(req)
+        self.num_retracted += 1
+
+    def _release_kv(self, req: Req) -> None:
+        self.engine.release(req)  # its page-table row: the pages change
+        self.cache.release(req)
 
 
 class StepFailed(RuntimeError):

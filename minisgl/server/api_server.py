@@ -1,5 +1,6 @@
 """The HTTP API (chapter 02): OpenAI-compatible `/v1/chat/completions`, `/v1/completions` and
-`/v1/models`, plus `/health` and the native `/generate` (which also returns token ids).
+`/v1/models`, plus `/health`, `/metrics` (Prometheus text, chapter 11) and the native `/generate`
+(which also returns token ids).
 
 Each handler validates its body, submits the prompt through the `Frontend`, and waits for the
 first output before answering: an error that the tokenizer or the scheduler finds (prompt longer
@@ -39,6 +40,7 @@ from minisgl.process import ChildWatcher, LaunchError
 from .args import ServerArgs
 from .frontend import ClientGone, Frontend, Overloaded, RequestStream, Unavailable
 from .launch import ServerProcesses
+from .metrics import CONTENT_TYPE, render_metrics
 from .protocol import (
     ApiError,
     ChatCompletionRequest,
@@ -141,7 +143,8 @@ def create_app(state: ApiState, on_startup: Callable[[Frontend], None] = lambda 
             raise ApiError(401, "invalid or missing API key: send the header 'Authorization: Bearer <key>'",
                            code="invalid_api_key")
 
-    # /health stays open (load balancers probe it); everything else needs the key when one is set
+    # /health and /metrics stay open (load balancers and scrapers probe them); everything else needs
+    # the key when one is set
     protected = APIRouter(dependencies=[Depends(require_api_key)], route_class=_OneLineErrors)
 
     # ---- endpoints ----------------------------------------------------------------------------
@@ -153,6 +156,12 @@ def create_app(state: ApiState, on_startup: Callable[[Frontend], None] = lambda 
         if frontend is None or frontend.failure is not None:
             return JSONResponse(ApiError(503, frontend.failure if frontend else "starting").body(), status_code=503)
         return JSONResponse({"status": "ok", "in_flight": frontend.num_pending, "aborted": frontend.num_aborted})
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        """Prometheus text format (metrics.py); open like /health, for scrapers."""
+        assert state.frontend is not None
+        return Response(render_metrics(state.frontend), media_type=CONTENT_TYPE)
 
     @protected.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -401,7 +410,8 @@ def run_api_server(args: ServerArgs, processes: ServerProcesses, watcher: ChildW
         watcher.on_failure = on_failure
         watcher.start()
         host, port = sock.getsockname()[:2]
-        logger.info("ready: %s at http://%s:%d/v1 (OpenAI API), /generate, /health", state.model_name, host, port)
+        logger.info("ready: %s at http://%s:%d/v1 (OpenAI API), /generate, /health, /metrics", state.model_name,
+                    host, port)
 
     debug = args.log_level == "debug"
     config = uvicorn.Config(create_app(state, on_startup), log_level="debug" if debug else "warning",

@@ -19,6 +19,7 @@ import torch
 from minisgl.attention.base import BACKENDS, resolve_attention_backend
 from minisgl.distributed import DistributedInfo
 from minisgl.engine.engine import resolve_dist_backend
+from minisgl.kvcache import CACHES
 from minisgl.models.config import ModelConfig
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.process import check_tp_fits_machine
@@ -97,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
                           f"(default: {defaults.max_prefill_tokens})")
     batching.add_argument("--page-size", type=int, default=defaults.page_size, metavar="TOKENS",
                           help=f"tokens per KV page (default: {defaults.page_size})")
+    batching.add_argument("--cache", default=defaults.cache, choices=list(CACHES),
+                          help="radix = requests reuse the KV pages of a cached prefix (multi-turn chat, a shared "
+                               "system prompt or document); naive = every prompt is computed whole "
+                               f"(default: {defaults.cache})")
     budget = batching.add_mutually_exclusive_group()
     budget.add_argument("--num-pages", type=int, metavar="N", help="KV cache size in pages")
     budget.add_argument("--kv-memory-gb", type=float, metavar="GB",
@@ -149,6 +154,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         seed=ns.seed,
         max_running_requests=ns.max_running_requests,
         max_prefill_tokens=ns.max_prefill_tokens,
+        cache=ns.cache,
     )
     return ServerArgs(
         scheduler=scheduler,

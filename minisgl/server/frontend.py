@@ -1,6 +1,7 @@
 """The main process's end of the pipeline, shared by the HTTP API and the shell (chapter 02):
 send `TokenizeRequest`s to the tokenizer workers, receive `TextOutput`s from the detokenizer, and
-hand each request its own stream of outputs.
+hand each request its own stream of outputs. It also keeps the counts `/metrics` shows: its own
+(requests submitted, finished by reason) and rank 0's latest `SchedulerStats`.
 
 A request always goes to tokenizer worker `uid % num_tokenizers`, and so does its abort: one
 worker forwards both in order, so rank 0 never sees an abort before the request it cancels.
@@ -14,10 +15,19 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import Counter
 from typing import Any
 
 from minisgl.core import SamplingParams
-from minisgl.message import AbortRequest, AsyncPullQueue, IpcAddresses, PushQueue, TextOutput, TokenizeRequest
+from minisgl.message import (
+    AbortRequest,
+    AsyncPullQueue,
+    IpcAddresses,
+    PushQueue,
+    SchedulerStats,
+    TextOutput,
+    TokenizeRequest,
+)
 
 class Overloaded(Exception):
     """Too many requests in flight; the API answers 503."""
@@ -40,6 +50,9 @@ class Frontend:
         self._uids = itertools.count()
         self.failure: str | None = None
         self.num_aborted = 0
+        self.num_submitted = 0
+        self.num_finished: Counter[str] = Counter()  # finish reason -> requests
+        self.stats: SchedulerStats | None = None
         self._reader: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -49,7 +62,12 @@ class Frontend:
     async def _read_outputs(self) -> None:
         try:
             while True:
-                output: TextOutput = await self._outputs.get()
+                output: TextOutput | SchedulerStats = await self._outputs.get()
+                if isinstance(output, SchedulerStats):
+                    self.stats = output  # rank 0's latest numbers, for /metrics
+                    continue
+                if output.finished:
+                    self.num_finished[output.finish_reason or "unknown"] += 1
                 stream = self._streams.get(output.uid)
                 if stream is not None:
                     stream.put_nowait(output)
@@ -81,6 +99,7 @@ class Frontend:
         # sent first, then the slot is taken: a request that cannot be encoded holds none (no output
         # can arrive in between, the reader runs on this same event loop)
         self._tokenizer_of(uid).put(TokenizeRequest(uid, sampling, text, messages, input_ids, list(stop or [])))
+        self.num_submitted += 1
         self._streams[uid] = asyncio.Queue()
         return RequestStream(self, uid)
 

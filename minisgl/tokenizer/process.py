@@ -12,7 +12,15 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from minisgl.message import AbortRequest, DetokenizeStart, IpcAddresses, PullQueue, PushQueue, TokenizeRequest
+from minisgl.message import (
+    AbortRequest,
+    DetokenizeStart,
+    IpcAddresses,
+    PullQueue,
+    PushQueue,
+    SchedulerStats,
+    TokenizeRequest,
+)
 from minisgl.process import Ready
 
 from .detokenize import Detokenizer
@@ -46,7 +54,8 @@ def run_tokenizer(index: int, model_path: Path, addrs: IpcAddresses, ready: Read
 
 
 def run_detokenizer(model_path: Path, addrs: IpcAddresses, ready: Ready) -> None:
-    """Turn rank 0's `TokenOutput`s into `TextOutput`s for the API; abort requests that hit a stop string."""
+    """Turn rank 0's `TokenOutput`s into `TextOutput`s for the API; abort requests that hit a stop string;
+    pass rank 0's `SchedulerStats` on to the API."""
     from transformers import AutoTokenizer
 
     detokenizer = Detokenizer(AutoTokenizer.from_pretrained(model_path))
@@ -56,6 +65,9 @@ def run_detokenizer(model_path: Path, addrs: IpcAddresses, ready: Ready) -> None
     ready()
     while True:
         message = inbox.get()
+        if isinstance(message, SchedulerStats):  # rank 0's numbers for /metrics: passed on as they are
+            to_api.put(message)
+            continue
         try:
             texts, aborts = detokenizer.handle(message)
         except Exception as error:  # this request's text went wrong; the others go on
