@@ -65,7 +65,8 @@ def on_files(files: Files, config) -> Files:
     for site_path, repo_path in COURSE_FILES.items():
         # a plain File on a real path (mkdocs-jupyter reads src_dir / src_uri, so that path decides)
         src_dir = _notebook_source_dir(repo_path) if repo_path.endswith(".ipynb") else ROOT
-        file = File(site_path, src_dir=str(src_dir), dest_dir=config.site_dir, use_directory_urls=config.use_directory_urls)
+        file = File(site_path, src_dir=str(src_dir), dest_dir=config.site_dir,
+                    use_directory_urls=config.use_directory_urls)
         file.abs_src_path = str(src_dir / repo_path)  # differs from src_dir / site_path for README and CONTRIBUTING
         files.append(file)
     return files

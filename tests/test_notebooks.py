@@ -77,7 +77,7 @@ def test_every_pictured_figure_is_drawn_by_the_notebook(chapter: Path):
         assert (chapter / "figures" / f"{name}.png").is_file(), f"figures/{name}.png missing: run `make figures`"
         assert f'save_figure(fig, "{name}")' in code, f"no notebook cell draws {name}"
     undrawn = [p.name for p in (chapter / "figures").glob("*.png") if f'save_figure(fig, "{p.stem}")' not in code]
-    assert not undrawn, f"{chapter.name}/figures/{undrawn}: drawn by no notebook cell, so `make figures` cannot redraw them"
+    assert not undrawn, f"{chapter.name}/figures/{undrawn}: no notebook cell draws them for `make figures`"
 
 
 def test_the_course_has_at_least_six_figures():
