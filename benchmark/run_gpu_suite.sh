@@ -2,7 +2,8 @@
 # Everything GPU-side in one call (the device lease is short): the GPU tests, then both GPU
 # benchmarks. Logs go to $OUT (default /tmp/minisgl-gpu); each part has its own time limit so a
 # hang in one still leaves the others' results.
-#   bash benchmark/run_gpu_suite.sh [tests|grader|flashinfer|gemv|profile|decode|offline ...]   (default: tests decode offline)
+#   bash benchmark/run_gpu_suite.sh [tests|grader|flashinfer|gemv|profile|decode|offline|parallel ...]
+#   (default: tests decode offline)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/minisgl-gpu}
@@ -49,6 +50,14 @@ for part in $parts; do
         decode) timeout -k 10 "${DECODE_TIMEOUT:-200}" python3 benchmark/gpu_decode.py ${DECODE_ARGS:-} 2>&1 | tee "$OUT/gpu_decode.log" ;;
         offline) timeout -k 10 "${OFFLINE_TIMEOUT:-200}" python3 benchmark/gpu_offline.py ${OFFLINE_ARGS:-} \
                      2>&1 | tee "$OUT/gpu_offline.log" ;;
-        *) echo "unknown part $part (tests, grader, flashinfer, gemv, profile, decode, offline)"; exit 2 ;;
+        parallel)  # chapter 12's measurements on 2 GPUs: rows merged into a copy of the chapter's data file
+            cp chapters/12-beyond-one-machine/data/measurements.csv "$OUT/measurements.csv"
+            for experiment in "tpot --tp 1 2 --prompt-len 512 --new-tokens 128" \
+                              "throughput --layouts 1x1 2x1 1x2 --requests 256 --prompt-len 512 --new-tokens 256" \
+                              "comm --tp 2 --batch-sizes 1 16 64 --prompt-len 256 --new-tokens 64"; do
+                timeout -k 10 "${PARALLEL_TIMEOUT:-300}" python3 benchmark/parallel_scaling.py $experiment \
+                    --device cuda --dtype bfloat16 --shape llama-3.1-8b --out "$OUT/measurements.csv"
+            done 2>&1 | tee "$OUT/parallel_scaling.log" ;;
+        *) echo "unknown part $part (tests, grader, flashinfer, gemv, profile, decode, offline, parallel)"; exit 2 ;;
     esac
 done

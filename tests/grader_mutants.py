@@ -28,7 +28,8 @@ class Mutant:
 CH00, CH01, CH02 = "ch00_getting_started.py", "ch01_tp_first_principles.py", "ch02_launch.py"
 CH03, CH04 = "ch03_communication_init.py", "ch04_weight_sharding.py"
 CH05, CH06 = "ch05_vocab_parallelism.py", "ch06_rank0_broadcast.py"
-CH07, CH09, CH11 = "ch07_tp_decoder_layer.py", "ch09_communication_volume.py", "ch11_kv_memory.py"
+CH07, CH09 = "ch07_tp_decoder_layer.py", "ch09_communication_volume.py"
+CH11, CH12 = "ch11_kv_memory.py", "ch12_beyond_one_machine.py"
 F = "torch.nn.functional"
 DIST = "torch.distributed"
 
@@ -57,6 +58,14 @@ EMBED_IDS = "    local_ids = torch.where(mine, input_ids - start, 0)  # foreign 
 SHARD_CHECK_EMBED = '    shard_size = _shard_size(weight_shard, vocab_size, "vocab_parallel_embedding")'
 HEAD_GATHER = "    gathered = all_gather(local)  # [tp * n, shard_size], rank-major"
 HEAD_TRIM = "    return logits[:, :vocab_size]  # drop the padding columns"
+LAYOUT_BLOCK = "    ranks = range(node_rank * per_node, (node_rank + 1) * per_node)  # this node's contiguous block"
+LAYOUT_ORDER = "    processes = [(replica, rank) for replica in range(dp_size) for rank in ranks]  # replica after replica"
+LAYOUT_RETURN = "    return [(replica, rank, local % gpus_per_node) for local, (replica, rank) in enumerate(processes)]"
+DP_CHECK = ("    if dp_size > 1 and nnodes > 1:\n"
+            "        raise ValueError(f\"dp_size={dp_size} runs its replicas on one machine, but nnodes={nnodes}\")\n")
+ROUND_ROBIN = "        return num_sent % len(loads)"
+LEAST_LOAD = "    return next(i for i, load in enumerate(loads) if load == smallest)  # the first of equals"
+POLICY_CHECK = "    if policy not in POLICIES:"
 COUNT_BROADCAST = "    count = broadcast_count(len(pulled), io.cpu_group)  # every rank, every step, even when it is 0"
 
 
@@ -344,6 +353,47 @@ MUTANTS = [
     Mutant("evict-engine", CH11, (("    leaves, stack = [], list(tree.root.children.values())\n",
                                    "    return tree.evict(num_pages)\n"),),
            "test_evict_random_trees", "calls the engine's RadixTree.evict"),
+    # ---- chapter 12 -------------------------------------------------------------------------
+    Mutant("layout-dealt-in-turn", CH12, ((LAYOUT_BLOCK, "    ranks = range(node_rank, tp_size, nnodes)"),),
+           "test_node_layout_examples", "ranks dealt to the nodes in turn (0, 2 | 1, 3), not in blocks"),
+    Mutant("layout-gpu-by-rank", CH12, ((LAYOUT_RETURN, LAYOUT_RETURN.replace("local %", "rank %")),),
+           "test_node_layout_examples", "the GPU from the global tp rank, not the process's place on its node"),
+    Mutant("layout-rank-major", CH12,
+           ((LAYOUT_ORDER, "    processes = [(replica, rank) for rank in ranks for replica in range(dp_size)]"),),
+           "test_node_layout_examples", "the replicas' ranks started rank by rank instead of replica after replica"),
+    Mutant("layout-gpu-past-the-end", CH12, ((LAYOUT_RETURN, LAYOUT_RETURN.replace("local % gpus_per_node", "local")),),
+           "test_node_layout_shares_gpus_when_there_are_fewer", "a GPU index past the node's GPUs"),
+    Mutant("layout-lists", CH12, ((LAYOUT_RETURN, LAYOUT_RETURN.replace("[(replica, rank, local % gpus_per_node)",
+                                                                        "[[replica, rank, local % gpus_per_node]")),),
+           "test_node_layout_returns_plain_ints", "lists where the contract asks for tuples"),
+    Mutant("layout-dp-over-nodes", CH12, ((DP_CHECK, ""),),
+           "test_node_layout_errors", "replicas spread over several nodes instead of a ValueError"),
+    Mutant("layout-engine-block", CH12,
+           ((LAYOUT_BLOCK, "    from minisgl.scheduler.process import node_ranks\n"
+                           "    ranks = node_ranks(tp_size, nnodes, node_rank)"),),
+           "test_node_layout_examples", "the engine's own node_ranks"),
+    Mutant("rr-starts-at-one", CH12, ((ROUND_ROBIN, "        return (num_sent + 1) % len(loads)"),),
+           "test_round_robin_ignores_the_loads", "the first request goes to replica 1"),
+    Mutant("rr-skips-busy", CH12,
+           ((ROUND_ROBIN, "        return num_sent % len(loads) if len(set(loads)) == 1 else loads.index(min(loads))"),),
+           "test_round_robin_ignores_the_loads", "round-robin that turns to the least loaded replica"),
+    Mutant("least-load-last-tie", CH12,
+           ((LEAST_LOAD, "    return max(i for i, load in enumerate(loads) if load == smallest)"),),
+           "test_least_load_ties_go_to_the_lowest_index", "a tie goes to the highest index"),
+    Mutant("least-load-picks-most", CH12, (("    smallest = min(loads)", "    smallest = max(loads)"),),
+           "test_least_load_picks_the_fewest", "the busiest replica instead of the idlest"),
+    Mutant("least-load-counts-itself", CH12,
+           ((LEAST_LOAD, "    choice = loads.index(smallest)\n    loads[choice] += 1  # one more request there\n"
+                         "    return choice"),),
+           "test_loads_are_left_unchanged", "adds the request to the caller's loads"),
+    Mutant("policy-unknown-is-least-load", CH12, ((POLICY_CHECK, "    if False:"),),
+           "test_dispatch_errors", "an unknown policy quietly becomes least-load"),
+    Mutant("policy-any-case", CH12, ((POLICY_CHECK, "    policy = policy.lower()\n" + POLICY_CHECK),),
+           "test_dispatch_errors", "'Round-Robin' accepted as round-robin"),
+    Mutant("dispatch-engine-shortcut", CH12,
+           ((POLICY_CHECK, "    from minisgl.scheduler.data_parallel import pick_replica as engine_pick\n"
+                           "    return engine_pick(policy, loads, num_sent)\n" + POLICY_CHECK),),
+           "test_round_robin_ignores_the_loads", "the engine's own pick_replica"),
     # ---- the capstone (chapter 15): the same functions inside the engine --------------------
     Mutant("capstone-head-rank-major", CH05, ((HEAD_ORDER, "    logits = gathered.reshape(n, tp * shard_size)"),),
            "test_your_tensor_parallelism_serves_a_model", "LM head blocks out of order: wrong tokens at tp > 1",

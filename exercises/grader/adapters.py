@@ -27,7 +27,8 @@ NAMED_IMPLS = {"exercises": REPO_ROOT / "exercises", "solutions": REPO_ROOT / "s
 
 CH00, CH01, CH02, CH03 = "ch00_getting_started", "ch01_tp_first_principles", "ch02_launch", "ch03_communication_init"
 CH04, CH05, CH06 = "ch04_weight_sharding", "ch05_vocab_parallelism", "ch06_rank0_broadcast"
-CH07, CH09, CH11 = "ch07_tp_decoder_layer", "ch09_communication_volume", "ch11_kv_memory"
+CH07, CH09 = "ch07_tp_decoder_layer", "ch09_communication_volume"
+CH11, CH12 = "ch11_kv_memory", "ch12_beyond_one_machine"
 
 
 def resolve_impl(spec: str) -> str:
@@ -184,6 +185,17 @@ def match_prefix(impl: str, tree: Any, token_ids: list[int]) -> Any:
 
 def evict(impl: str, tree: Any, num_pages: int) -> Any:
     return _call("11-kv-memory/evict", impl, CH11, "evict", tree, num_pages)
+
+
+# ---- chapter 12 --------------------------------------------------------------------------------
+def node_layout(impl: str, tp_size: int, nnodes: int, node_rank: int, dp_size: int,
+                gpus_per_node: int) -> list[tuple[int, int, int]]:
+    return _call("12-beyond-one-machine/node-layout", impl, CH12, "node_layout", tp_size, nnodes, node_rank, dp_size,
+                 gpus_per_node)
+
+
+def pick_replica(impl: str, policy: str, loads: list[int], num_sent: int) -> int:
+    return _call("12-beyond-one-machine/dp-dispatch", impl, CH12, "pick_replica", policy, loads, num_sent)
 
 
 # ---- quizzes -----------------------------------------------------------------------------------

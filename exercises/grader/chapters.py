@@ -15,7 +15,8 @@ CHAPTERS: dict[str, str] = {
     "09": "09-communication-volume",
     "10": "10-gpu-path",
     "11": "11-kv-memory",
-    "15": "15-capstone",  # 12-14 are kept for chapters to come (scale-out, pipeline, MoE)
+    "12": "12-beyond-one-machine",
+    "15": "15-capstone",  # 13 and 14 are kept for chapters to come (pipeline, MoE)
 }
 
 
@@ -48,6 +49,8 @@ TASK_POINTS: dict[str, float] = {
     "09-communication-volume/comm-volume": 10,
     "11-kv-memory/match": 5,
     "11-kv-memory/evict": 10,
+    "12-beyond-one-machine/node-layout": 5,
+    "12-beyond-one-machine/dp-dispatch": 10,
     "15-capstone/serve": 20,
 }
 

@@ -60,6 +60,13 @@ OFF_LIMITS: dict[str, tuple[str, ...]] = {
     "07-tp-decoder-layer/local-shapes": _LOCAL_SIZES + _KV_HEADS + _VOCAB_SHARD,
     "11-kv-memory/match": (f"{RADIX}:RadixTree.match",),
     "11-kv-memory/evict": (f"{RADIX}:RadixTree.evict",),
+    "12-beyond-one-machine/node-layout": (
+        "minisgl.scheduler.process:spawn_ranks", "minisgl.scheduler.process:node_ranks",
+        "minisgl.engine.config:EngineConfig.local_rank.fget", "minisgl.engine.config:EngineConfig.local_world_size.fget",
+    ),
+    "12-beyond-one-machine/dp-dispatch": (
+        "minisgl.scheduler.data_parallel:pick_replica", "minisgl.scheduler.data_parallel:Dispatcher.assign",
+    ),
 }
 
 def resolve(path: str) -> FunctionType:

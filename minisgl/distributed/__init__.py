@@ -3,6 +3,7 @@
 - `impl.py`: the tensor seam the layers call (`all_reduce`, `all_gather`) and its plugins;
 - `control.py`: the control-plane collectives over the gloo CPU group (`min_over_ranks`,
   `broadcast_count`, `barrier`, `broadcast_bytes`);
+- `counter.py`: the communication counter, bytes and time of each collective per forward and layer;
 - `info.py`: `DistributedInfo`, this process's rank and the group size.
 
 Outside this folder only the process-group setup (`Engine._init_communication`) touches
@@ -22,10 +23,12 @@ from .impl import (
     enable_torch_distributed,
     reset_collective_counts,
 )
+from .counter import COMM_COUNTER, comm_site
 from .control import barrier, broadcast_bytes, broadcast_count, min_over_ranks
 from .info import DistributedInfo, get_tp_info, set_tp_info
 
 __all__ = [
+    "COMM_COUNTER",
     "DistributedCommunicator",
     "DistributedImpl",
     "DistributedInfo",
@@ -37,6 +40,7 @@ __all__ = [
     "broadcast_bytes",
     "broadcast_count",
     "collective_counts",
+    "comm_site",
     "destroy_distributed",
     "enable_pynccl",
     "enable_torch_distributed",

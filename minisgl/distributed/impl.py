@@ -3,7 +3,8 @@
 `DistributedCommunicator.plugins` is a list whose last entry wins, as in mini-SGLang: the engine
 appends `TorchDistributedImpl` (gloo or NCCL under torch.distributed) and, on GPUs, may append
 PyNCCL on top. Layers never learn which one runs (chapter 03). Every call is also counted, so
-chapter 07 can show the 2 * layers + 1 all-reduces and 1 all-gather of one forward.
+chapter 07 can show the 2 * layers + 1 all-reduces and 1 all-gather of one forward; with the
+communication counter on (`counter.py`), their bytes and times too.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 import torch.distributed as dist
 
+from .counter import COMM_COUNTER
 from .info import get_tp_info
 
 if TYPE_CHECKING:
@@ -78,13 +80,19 @@ class DistributedCommunicator:
         if get_tp_info().size == 1:
             return x
         # NCCL and PyNCCL refuse a strided tensor that gloo accepts: one rule for every backend.
-        return self._plugin("all_reduce").all_reduce(x.contiguous())
+        x, plugin = x.contiguous(), self._plugin("all_reduce")
+        if COMM_COUNTER.enabled:
+            return COMM_COUNTER.run("all_reduce", x, plugin.all_reduce)
+        return plugin.all_reduce(x)
 
     def all_gather(self, x: torch.Tensor) -> torch.Tensor:
         self.counts["all_gather"] += 1
         if get_tp_info().size == 1:
             return x
-        return self._plugin("all_gather").all_gather(x.contiguous())
+        x, plugin = x.contiguous(), self._plugin("all_gather")
+        if COMM_COUNTER.enabled:
+            return COMM_COUNTER.run("all_gather", x, plugin.all_gather)
+        return plugin.all_gather(x)
 
     def _plugin(self, op: str) -> DistributedImpl:
         if not self.plugins:

@@ -1,5 +1,6 @@
 """`EngineConfig`: everything one rank's engine needs to build itself; the launcher copies it once
-per rank with that rank's `tp_info` (chapter 02)."""
+per rank with that rank's `tp_info` (chapter 02), and with multi-node or data parallelism, says
+where the rank sits among the processes of its machine (chapter 12)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,11 @@ class EngineConfig:
     kv_memory_gb: float | None = None
     attention_backend: str = "auto"  # auto: "triton" on CUDA, "torch" on CPU; or "flashinfer" (optional)
     dist_backend: str = "auto"  # auto: "pynccl" with one GPU per rank, else "gloo"; or "nccl"
-    dist_init_addr: str = ""  # torch.distributed init_method; the launcher fills a fresh store file for tp > 1
+    dist_init_addr: str = ""  # the store: the launcher fills a fresh file (one machine) or node 0's tcp:// address
+    nnodes: int = 1  # machines the tp ranks span: rank r runs on node r // (tp_size / nnodes) (chapter 12)
+    dp_size: int = 1  # data-parallel replicas on this machine, each its own tp group (chapter 12)
+    dp_rank: int = 0  # which replica this rank serves
+    cpu_threads: int | None = None  # torch threads of a CPU rank; None: this machine's cores / its ranks
     dist_timeout_s: float = 600.0
     load_format: str = "safetensors"  # or "dummy": random weights from config.json alone
     seed: int = 0
@@ -32,7 +37,19 @@ class EngineConfig:
     max_running_requests: int = 64  # requests decoded together; sizes the device page table too
     cuda_graph_max_bs: int | None = None  # largest decode batch replayed as a CUDA graph; 0 disables;
     # None: max_running_requests (capped at 256)
+    comm_stats_dir: str | None = None  # count bytes and time of every collective; each rank writes a JSON here
     overlap_schedule: bool | None = None  # prepare step N+1 while the device runs step N;
     # None: on for CUDA, off for CPU (True forces it on a CPU too, for tests)
     tp_ops: TPOps | None = None  # another implementation of the TP layers' steps and of the loader's
     # shard-then-merge (minisgl/layers/tp_ops.py): the course's capstone plugs a learner's in; None: ours
+
+    @property
+    def local_world_size(self) -> int:
+        """Scheduler processes on this machine: this node's share of the tp ranks, for every replica."""
+        return self.dp_size * self.tp_info.size // self.nnodes
+
+    @property
+    def local_rank(self) -> int:
+        """This rank's index among them (replica after replica), which picks its GPU and CPU share."""
+        per_node = self.tp_info.size // self.nnodes
+        return self.dp_rank * per_node + self.tp_info.rank % per_node

@@ -7,6 +7,7 @@ asynchronously, so the scheduler prepares the next step meanwhile (chapter 10).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -19,13 +20,14 @@ import torch.distributed as dist
 from minisgl.attention import create_attention_backend
 from minisgl.core import Batch, Req, forward_context
 from minisgl.distributed import (
+    COMM_COUNTER,
     destroy_distributed,
     enable_pynccl,
     enable_torch_distributed,
     min_over_ranks,
     set_tp_info,
 )
-from minisgl.distributed.loopback import bind_collectives_to_loopback
+from minisgl.distributed.rendezvous import rendezvous
 from minisgl.kvcache import KVCachePool
 from minisgl.layers import local_kv_heads, use_tp_ops
 from minisgl.models.config import ModelConfig
@@ -67,8 +69,9 @@ class Engine:
         self.model_config.check_tp_size(tp.size)
         self.device = _bind_device(config)
         self.dtype = resolve_dtype(config.dtype, self.device)
-        self.dist_backend = resolve_dist_backend(config.dist_backend, self.device, tp.size)
+        self.dist_backend = resolve_dist_backend(config.dist_backend, self.device, tp.size, config.local_world_size)
         self.cpu_group = self._init_communication()
+        COMM_COUNTER.enabled = config.comm_stats_dir is not None
 
         with torch.device("meta"):  # shapes only; real tensors arrive from the loader
             self.model = create_model(self.model_config)
@@ -94,22 +97,23 @@ class Engine:
         self.graph_runner = self._init_cuda_graphs()
 
     def _init_communication(self) -> dist.ProcessGroup | None:
-        """A gloo group for CPU control messages; tensor collectives on gloo or NCCL (chapter 03)."""
+        """A gloo group for CPU control messages; tensor collectives on gloo or NCCL (chapter 03).
+        The ranks meet at the store `dist_init_addr`: a file on one machine, node 0's address across
+        machines (chapter 12)."""
         tp = self.config.tp_info
         if tp.size == 1:
             return None
         timeout = timedelta(seconds=self.config.dist_timeout_s)
         backend = self.dist_backend
-        bind_collectives_to_loopback()  # all ranks are on this machine: no socket beyond 127.0.0.1
+        store = rendezvous(self.config.dist_init_addr, tp.rank, tp.size, timeout)
         if backend == "nccl":
-            dist.init_process_group("nccl", init_method=self.config.dist_init_addr, rank=tp.rank,
-                                    world_size=tp.size, timeout=timeout, device_id=self.device)
+            dist.init_process_group("nccl", store=store, rank=tp.rank, world_size=tp.size, timeout=timeout,
+                                    device_id=self.device)
             cpu_group = dist.new_group(backend="gloo", timeout=timeout)
             enable_torch_distributed(dist.group.WORLD)
             return cpu_group
         # gloo: CPU tensors, and CUDA tensors when ranks share a GPU (staged through host memory)
-        dist.init_process_group("gloo", init_method=self.config.dist_init_addr, rank=tp.rank,
-                                world_size=tp.size, timeout=timeout)
+        dist.init_process_group("gloo", store=store, rank=tp.rank, world_size=tp.size, timeout=timeout)
         enable_torch_distributed(dist.group.WORLD)
         if backend == "pynccl":  # gloo stays below as the CPU group; PyNCCL wins (last plugin)
             enable_pynccl(dist.group.WORLD, self.device)
@@ -118,12 +122,12 @@ class Engine:
     def _load_weights(self) -> None:
         tp = self.config.tp_info
         if self.config.load_format == "dummy":
-            load_dummy_weights(self.model, self.dtype, self.device, self.config.seed)
-            return
-        loaded = load_weights(
-            self.model_path, self.model_config, tp.rank, tp.size, self.dtype, self.device,
-            progress=self.config.progress and tp.rank == 0,
-        )
+            loaded = load_dummy_weights(self.model_config, tp.rank, tp.size, self.dtype, self.device, self.config.seed)
+        else:
+            loaded = load_weights(
+                self.model_path, self.model_config, tp.rank, tp.size, self.dtype, self.device,
+                progress=self.config.progress and tp.rank == 0,
+            )
         for name, tensor in loaded:
             self.model.set_weight(name, tensor)
         still_empty = [name for name, t in self.model.state_dict().items() if t.is_meta]
@@ -148,11 +152,11 @@ class Engine:
     def _default_kv_budget(self) -> float:
         if self.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device)
-            # ranks r, r + count, ... share GPU r: the busiest GPU hosts ceil(tp / count) ranks
-            ranks_here = -(-self.config.tp_info.size // max(1, torch.cuda.device_count()))
+            # local ranks r, r + count, ... share GPU r: the busiest GPU hosts ceil(ranks / count)
+            ranks_here = -(-self.config.local_world_size // max(1, torch.cuda.device_count()))
             return 0.85 * free / ranks_here
         available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        return min(0.2 * available / self.config.tp_info.size, _CPU_KV_BUDGET_CAP)
+        return min(0.2 * available / self.config.local_world_size, _CPU_KV_BUDGET_CAP)
 
     def _init_cuda_graphs(self) -> CudaGraphRunner | None:
         config = self.config
@@ -160,6 +164,9 @@ class Engine:
         if max_bs is None:
             max_bs = min(config.max_running_requests, _MAX_GRAPH_BS)
         if max_bs <= 0 or self.device.type != "cuda":
+            return None
+        if COMM_COUNTER.enabled:
+            logger.warning("counting collectives (--comm-stats-dir): decode runs eagerly, graph replays run no Python")
             return None
         if not self.attn_backend.supports_cuda_graph:
             logger.warning("CUDA graphs need the triton or flashinfer attention backend; running decode eagerly")
@@ -206,7 +213,8 @@ class Engine:
         # CUDA graph does this itself, as its first kernel)
         resolve_placeholders(batch.input_ids, self._future_tokens)
         self.attn_backend.prepare(batch)
-        with forward_context(batch, self.attn_backend):
+        counted = COMM_COUNTER.forward(batch.phase, batch.num_tokens, self.device)  # a no-op unless counting
+        with forward_context(batch, self.attn_backend), counted:
             return self.model.forward(batch)
 
     def _to_device(self, batch: Batch) -> Batch:
@@ -227,11 +235,26 @@ class Engine:
         self.attn_backend.release(req)
 
     def shutdown(self) -> None:
+        if COMM_COUNTER.enabled:
+            self._write_comm_stats()
         if self.graph_runner is not None:
             self.graph_runner.destroy()  # graphs hold captured collectives: before the communicators
             self.graph_runner = None
         destroy_distributed()
         use_tp_ops(None)
+
+    def _write_comm_stats(self) -> None:
+        """What the communication counter saw on this rank, as `comm-tp{rank}.json` in `comm_stats_dir`
+        (`comm-dp{replica}-tp{rank}.json` with data parallelism)."""
+        config, tp = self.config, self.config.tp_info
+        folder = Path(config.comm_stats_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        report = {"tp_rank": tp.rank, "tp_size": tp.size, "dp_rank": config.dp_rank, "dp_size": config.dp_size,
+                  "dist_backend": self.dist_backend, "device": str(self.device), "phases": COMM_COUNTER.to_json()}
+        replica = f"dp{config.dp_rank}-" if config.dp_size > 1 else ""
+        (folder / f"comm-{replica}tp{tp.rank}.json").write_text(json.dumps(report, indent=1))
+        COMM_COUNTER.reset()
+        COMM_COUNTER.enabled = False
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -248,17 +271,17 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return dtypes[name]
 
 
-def resolve_dist_backend(name: str, device: torch.device, tp_size: int) -> str:
-    """`auto`: PyNCCL when every rank has its own GPU, else gloo (CPU, or ranks sharing a GPU:
-    NCCL refuses two ranks on one device)."""
+def resolve_dist_backend(name: str, device: torch.device, tp_size: int, local_ranks: int) -> str:
+    """`auto`: PyNCCL when each of the `local_ranks` processes on this machine has its own GPU, else
+    gloo (CPU, or ranks sharing a GPU: NCCL refuses two ranks on one device)."""
     backends = ("auto", "gloo", "nccl", "pynccl")
     if name not in backends:
         raise ValueError(f"unknown dist backend {name!r}; available: {', '.join(backends)}")
-    own_gpu = device.type == "cuda" and torch.cuda.device_count() >= tp_size
+    own_gpu = device.type == "cuda" and torch.cuda.device_count() >= local_ranks
     if name == "auto":
         return "pynccl" if own_gpu and tp_size > 1 else "gloo"
     if name in ("nccl", "pynccl") and not own_gpu:
-        where = "a CPU" if device.type != "cuda" else f"{torch.cuda.device_count()} GPU(s) for {tp_size} ranks"
+        where = "a CPU" if device.type != "cuda" else f"{torch.cuda.device_count()} GPU(s) for {local_ranks} ranks"
         raise ValueError(f"dist backend {name!r} needs one GPU per rank, got {where}; use --dist-backend gloo")
     return name
 
@@ -275,13 +298,13 @@ def _cpu_has_fast_bf16() -> bool:
 def _bind_device(config: EngineConfig) -> torch.device:
     if config.device == "cpu":
         # ranks share the cores: oversubscribed threads slow every rank down
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.tp_info.size))
+        torch.set_num_threads(config.cpu_threads or max(1, (os.cpu_count() or 1) // config.local_world_size))
         return torch.device("cpu")
     if config.device == "cuda":
         if not torch.cuda.is_available():
             raise ValueError("--device cuda, but torch sees no CUDA GPU; use --device cpu")
-        # several ranks may share one GPU (gloo only): rank r -> GPU r mod count
-        device = torch.device(f"cuda:{config.tp_info.rank % torch.cuda.device_count()}")
+        # several ranks may share one GPU (gloo only): local rank r -> GPU r mod count
+        device = torch.device(f"cuda:{config.local_rank % torch.cuda.device_count()}")
         torch.cuda.set_device(device)
         return device
     raise ValueError(f"unknown device {config.device!r}; use cpu or cuda")

@@ -1,5 +1,6 @@
 """Two ways the offline `LLM` drives schedulers: in this process (tp = 1), or as real rank
-processes reached over ZMQ (tp > 1), started and stopped exactly as the server does (chapter 00)."""
+processes reached over ZMQ (tp > 1, or data-parallel replicas behind their controller), started
+and stopped exactly as the server does (chapters 00 and 12)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from minisgl.engine.engine import Engine
 from minisgl.message import IpcAddresses, Message, PullQueue, PushQueue, TokenOutput
 from minisgl.process import ChildGroup
 from minisgl.scheduler import LocalIO, Scheduler, SchedulerConfig
-from minisgl.scheduler.process import shut_down_ranks, spawn_ranks
+from minisgl.scheduler.data_parallel import spawn_schedulers
+from minisgl.scheduler.process import shut_down_ranks
 
 POLL_MS = 200
 START_TIMEOUT_S = 300.0
@@ -35,16 +37,17 @@ class InProcessBackend:
 
 
 class MultiProcessBackend:
-    """tp rank processes; this process pushes requests to rank 0 and pulls its outputs (there is no
-    detokenizer offline: this process reads rank 0's `TokenOutput`s at the detokenizer's address)."""
+    """tp rank processes (of each replica, behind the DP controller); this process pushes requests to
+    rank 0 (or the controller) and pulls the outputs (there is no detokenizer offline: this process
+    reads rank 0's `TokenOutput`s at the detokenizer's address)."""
 
-    def __init__(self, config: SchedulerConfig) -> None:
+    def __init__(self, config: SchedulerConfig, dp_policy: str) -> None:
         self.group = ChildGroup()
         self.addrs = IpcAddresses.in_dir(self.group.ipc_dir)
         self.outputs = PullQueue(self.addrs.detokenizer)
         self.requests = PushQueue(self.addrs.scheduler)
         try:
-            self.ranks = spawn_ranks(self.group, config, self.addrs)
+            self.ranks = spawn_schedulers(self.group, config, self.addrs, dp_policy)
             self.group.wait_ready(START_TIMEOUT_S)
         except BaseException:
             self.group.stop()  # (wait_ready stops a group that fails; a second stop does nothing)

@@ -1,5 +1,6 @@
 """`LLM`: generate from Python without a server. At tp = 1 the scheduler runs in this process; at
-tp > 1 every rank is a real spawned process, as in the server (chapter 00)."""
+tp > 1 every rank is a real spawned process, as in the server (chapter 00); with dp_size > 1, so
+are the replicas and their controller (chapter 12)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from minisgl.distributed import DistributedInfo
 from minisgl.message import GenerateRequest, TokenOutput
 from minisgl.models.config import ModelConfig
 from minisgl.scheduler import SchedulerConfig
-from minisgl.scheduler.process import check_tp_fits_machine
+from minisgl.scheduler.data_parallel import pick_replica
+from minisgl.scheduler.process import check_ranks_fit_machine
 from minisgl.tokenizer import encode_chat, encode_text
 
 from .backends import InProcessBackend, MultiProcessBackend
@@ -30,7 +32,8 @@ class RequestOutput:
 
 
 class LLM:
-    """An engine on `model` (None: the embedded SmolLM2) with `tp_size` ranks on `device`."""
+    """An engine on `model` (None: the embedded SmolLM2) with `tp_size` ranks on `device`; `dp_size`
+    replicas of them, which get the requests by `dp_policy` ("round-robin" or "least-load")."""
 
     def __init__(
         self,
@@ -38,6 +41,8 @@ class LLM:
         tp_size: int = 1,
         device: str = "cpu",
         dtype: str = "auto",
+        dp_size: int = 1,
+        dp_policy: str = "round-robin",
         **engine_args: Any,
     ) -> None:
         if model is None:
@@ -47,16 +52,20 @@ class LLM:
         self.model_path = Path(model)
         self.model_config = ModelConfig.from_dir(self.model_path)  # bad dirs fail here, before any spawn
         self.model_config.check_tp_size(tp_size)
-        check_tp_fits_machine(tp_size, device)
-        known = {f.name for f in fields(SchedulerConfig)}
+        internal = {"model_path", "tp_info", "dp_rank", "nnodes"}
+        known = {f.name for f in fields(SchedulerConfig)} - internal
         unknown = sorted(set(engine_args) - known)
         if unknown:
-            raise TypeError(f"unknown engine argument(s) {unknown}; known: {sorted(known - {'model_path', 'tp_info'})}")
+            raise TypeError(f"unknown engine argument(s) {unknown}; known: {sorted(known)}")
+        if dp_size < 1:
+            raise ValueError(f"dp_size must be at least 1, got {dp_size}")
+        pick_replica(dp_policy, [0], 0)  # an unknown policy fails here, before any spawn
+        check_ranks_fit_machine(tp_size, device, dp_size)
         self.tokenizer = _load_tokenizer(self.model_path)
-        config = SchedulerConfig(
-            model_path=self.model_path, tp_info=DistributedInfo(0, tp_size), device=device, dtype=dtype, **engine_args
-        )
-        self._backend = InProcessBackend(config) if tp_size == 1 else MultiProcessBackend(config)
+        config = SchedulerConfig(model_path=self.model_path, tp_info=DistributedInfo(0, tp_size), device=device,
+                                 dtype=dtype, dp_size=dp_size, **engine_args)
+        in_process = tp_size == 1 and dp_size == 1
+        self._backend = InProcessBackend(config) if in_process else MultiProcessBackend(config, dp_policy)
         self._uids = itertools.count()
 
     def generate(

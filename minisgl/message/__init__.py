@@ -4,6 +4,7 @@ carry them and the addresses of those queues (chapters 02 and 06)."""
 from .addresses import IpcAddresses
 from .messages import (
     AbortRequest,
+    FinishedRequests,
     GenerateRequest,
     Message,
     SchedulerStats,
@@ -20,6 +21,7 @@ __all__ = [
     "AbortRequest",
     "AsyncPullQueue",
     "DetokenizeStart",
+    "FinishedRequests",
     "GenerateRequest",
     "IpcAddresses",
     "Message",

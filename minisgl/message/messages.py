@@ -50,7 +50,8 @@ class TokenOutput:
 @dataclass
 class SchedulerStats:
     """Rank-0 scheduler -> detokenizer -> API, about once a second: what `/metrics` shows
-    (chapter 11). The totals count since the server started."""
+    (chapter 11). The totals count since the server started. With data parallelism every replica's
+    rank 0 reports its own, and `/metrics` shows their sum."""
 
     num_running: int  # requests decoding or prefilling
     num_waiting: int  # queued, retracted ones included
@@ -61,11 +62,24 @@ class SchedulerStats:
     cached_tokens_total: int  # of those, found in the prefix cache instead of computed
     retracted_total: int
     generated_tokens_total: int
+    replica: int = 0  # the data-parallel replica that reports (chapter 12)
 
 
-Message = Union[GenerateRequest, AbortRequest, ShutdownRequest, TokenOutput, SchedulerStats]
+@dataclass
+class FinishedRequests:
+    """Rank 0 of data-parallel replica `replica` -> the DP controller: these requests left it (so
+    the controller's count of each replica's waiting + running requests stays exact; chapter 12)."""
+
+    replica: int
+    uids: list[int]
+
+
+Message = Union[
+    GenerateRequest, AbortRequest, ShutdownRequest, TokenOutput, SchedulerStats, FinishedRequests
+]
 _TYPES: dict[str, type] = {
-    cls.__name__: cls for cls in (GenerateRequest, AbortRequest, ShutdownRequest, TokenOutput, SchedulerStats)
+    cls.__name__: cls
+    for cls in (GenerateRequest, AbortRequest, ShutdownRequest, TokenOutput, SchedulerStats, FinishedRequests)
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from minisgl.core import Batch
+from minisgl.distributed import comm_site
 from minisgl.layers import (
     AttentionLayer,
     BaseOP,
@@ -94,9 +95,11 @@ class LlamaModel(BaseOP):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        comm_site("embed_tokens")  # where the communication counter files the collectives that follow
         hidden_states = self.embed_tokens.forward(input_ids)  # [tokens, hidden], all-reduced
         residual: torch.Tensor | None = None
-        for layer in self.layers:
+        for index, layer in enumerate(self.layers):
+            comm_site(index)
             hidden_states, residual = layer.forward(positions, hidden_states, residual)
         hidden_states, _ = self.norm.forward_with_residual(hidden_states, residual)
         return hidden_states
@@ -113,4 +116,5 @@ class LlamaForCausalLM(BaseOP):
     def forward(self, batch: Batch) -> torch.Tensor:
         hidden_states = self.model.forward(batch.input_ids, batch.positions)  # [tokens, hidden]
         # Only each request's last new token is sampled: a 512-token prefill needs 1 row of logits.
+        comm_site("lm_head")
         return self.lm_head.forward(hidden_states[batch.last_indices])  # [num_reqs, vocab]

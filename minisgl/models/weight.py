@@ -8,6 +8,7 @@ the merge buffer for their partners; the whole checkpoint never is.
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -144,8 +145,21 @@ def load_weights(
         disable=not progress,
         leave=False,
     )
+    yield from _to_local(tensors, config, rank, tp_size, dtype, device)
+
+
+def _to_local(
+    tensors: Iterable[tuple[str, torch.Tensor]],
+    config: ModelConfig,
+    rank: int,
+    tp_size: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Full checkpoint tensors -> this rank's engine tensors on `device`, through `shard_and_merge`
+    (or the capstone's replacement for it, minisgl/layers/tp_ops.py)."""
     ops = custom_tp_ops()
-    if ops is not None:  # the capstone's seam (minisgl/layers/tp_ops.py)
+    if ops is not None:
         for name, local in ops.shard_and_merge(tensors, rank, tp_size, config):
             yield name, local.to(dtype=dtype, device=device)
         return
@@ -161,12 +175,48 @@ def count_tensors(model_dir: Path) -> int:
     return total
 
 
-def load_dummy_weights(model, dtype: torch.dtype, device: torch.device, seed: int) -> None:
-    """Random weights for every tensor of `model` (benchmarks of shapes without a checkpoint)."""
-    generator = torch.Generator(device="cpu").manual_seed(seed)
-    for name, meta in model.state_dict().items():
+def checkpoint_shapes(config: ModelConfig) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """(name, full shape) of every tensor a Hugging Face checkpoint of `config` holds, in file order."""
+    hidden, head_dim, inter = config.hidden_size, config.head_dim, config.intermediate_size
+    q_rows, kv_rows = config.num_heads * head_dim, config.num_kv_heads * head_dim
+    yield "model.embed_tokens.weight", (config.vocab_size, hidden)
+    for i in range(config.num_layers):
+        attn, mlp = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+        yield f"model.layers.{i}.input_layernorm.weight", (hidden,)
+        for proj, rows in (("q_proj", q_rows), ("k_proj", kv_rows), ("v_proj", kv_rows)):
+            yield f"{attn}{proj}.weight", (rows, hidden)
+            if config.qkv_bias:
+                yield f"{attn}{proj}.bias", (rows,)
+        yield f"{attn}o_proj.weight", (hidden, q_rows)
+        if config.o_bias:
+            yield f"{attn}o_proj.bias", (hidden,)
+        if config.qk_norm:
+            yield f"{attn}q_norm.weight", (head_dim,)
+            yield f"{attn}k_norm.weight", (head_dim,)
+        yield f"model.layers.{i}.post_attention_layernorm.weight", (hidden,)
+        yield f"{mlp}gate_proj.weight", (inter, hidden)
+        yield f"{mlp}up_proj.weight", (inter, hidden)
+        yield f"{mlp}down_proj.weight", (hidden, inter)
+    yield "model.norm.weight", (hidden,)
+    if not config.tie_word_embeddings:
+        yield "lm_head.weight", (config.vocab_size, hidden)
+
+
+def dummy_checkpoint(config: ModelConfig, seed: int, device: torch.device) -> Iterator[tuple[str, torch.Tensor]]:
+    """A random checkpoint of `config`, one full tensor at a time, made on `device` (benchmarks of
+    shapes without weights). Each tensor draws from its own generator, seeded by `seed` and the
+    tensor's name, so every rank of every tp size sees the same full tensor before sharding it:
+    dummy weights are the same model at tp = 1, 2, 4, ... Norms are ones, the rest N(0, 0.02²)."""
+    for name, shape in checkpoint_shapes(config):
         if name.endswith("norm.weight"):
-            tensor = torch.ones(meta.shape)
-        else:
-            tensor = torch.randn(meta.shape, generator=generator) * 0.02
-        model.set_weight(name, tensor.to(dtype=dtype, device=device))
+            yield name, torch.ones(shape, device=device)
+            continue
+        generator = torch.Generator(device=device).manual_seed(zlib.crc32(f"{seed}:{name}".encode()))
+        yield name, torch.randn(shape, generator=generator, device=device).mul_(0.02)
+
+
+def load_dummy_weights(
+    config: ModelConfig, rank: int, tp_size: int, dtype: torch.dtype, device: torch.device, seed: int
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Like `load_weights`, from `dummy_checkpoint` instead of files: the same shard-then-merge."""
+    yield from _to_local(dummy_checkpoint(config, seed, device), config, rank, tp_size, dtype, device)

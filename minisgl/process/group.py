@@ -16,6 +16,7 @@ import os
 import queue
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -25,23 +26,14 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from .child import child_main
+from .errors import ChildDied, LaunchError, NodeLost
+from .nodes import STOP, read_link
 
 logger = logging.getLogger("minisgl")
 
 IPC_DIR_PREFIX = "minisgl-ipc-"
 ACK_POLL_S = 0.2  # how often a waiting launcher checks exit codes between acks
-
-
-class LaunchError(RuntimeError):
-    """A child failed to start, did not start in time, or died; the message names it."""
-
-
-class ChildDied(LaunchError):
-    """A child process exited; `exitcode` is negative when a signal killed it."""
-
-    def __init__(self, message: str, exitcode: int) -> None:
-        super().__init__(message)
-        self.exitcode = exitcode
+LINK_GRACE_S = 2.0  # how long a rank's exit waits for another node's link to close (ChildWatcher)
 
 
 class ChildGroup:
@@ -167,28 +159,46 @@ def stop_processes(processes: list[BaseProcess], timeout_s: float = 5.0) -> None
 
 
 class ChildWatcher(threading.Thread):
-    """Sleeps until a child of `group` exits (the OS wakes it: no polling delay), then records which
-    one and calls `on_failure`, which a serving loop sets to make itself return."""
+    """Sleeps until a child of `group` exits, or one of the `links` to other nodes speaks or closes
+    (the OS wakes it: no polling delay), then records why and calls `on_failure`, which a serving
+    loop sets to make itself return. A link that says `stop` (node 0 ends the run, `nodes.py`) sets
+    `ended_by` instead of a failure.
 
-    def __init__(self, group: ChildGroup) -> None:
+    A rank that lost a peer on another node exits too, with code 1, a moment before that node's
+    link closes; so when a child exits with code 1 in a multi-node run, the watcher first waits
+    `LINK_GRACE_S` for a link, and names the node that went away rather than its own rank."""
+
+    def __init__(self, group: ChildGroup, links: Mapping[str, socket.socket] | None = None) -> None:
         super().__init__(daemon=True, name="child-watcher")
         self.group = group
+        self.links = dict(links or {})  # "node 1" -> its link
         self.on_failure: Callable[[str], None] = lambda reason: None
         self.failure: LaunchError | None = None
+        self.ended_by: str | None = None  # the node whose link said `stop`
         self._wake_r, self._wake_w = os.pipe()  # stop() writes here to end the wait
 
     def run(self) -> None:
-        ready = mp.connection.wait([p.sentinel for p in self.group.processes] + [self._wake_r])
+        links = list(self.links.values())
+        ready = mp.connection.wait([p.sentinel for p in self.group.processes] + [self._wake_r] + links)
         if self._wake_r in ready:
             return
         for process in self.group.processes:
             if process.sentinel in ready:
                 process.join(1.0)  # its sentinel closes a moment before its exit code can be read
-        try:
-            self.group.check_alive()
-        except LaunchError as error:
-            self.failure = error
-            self.on_failure(str(error))
+        culprit = first_dead(self.group.processes)
+        if links and not any(link in ready for link in links) and culprit is not None and culprit.exitcode == 1:
+            ready = mp.connection.wait(links, timeout=LINK_GRACE_S)
+        said = {name: read_link(link) for name, link in self.links.items() if link in ready}
+        lost = [name for name, words in said.items() if words != STOP]
+        self.ended_by = next((name for name, words in said.items() if words == STOP), None)
+        if self.ended_by is not None:
+            return
+        if lost:
+            self.failure = NodeLost(f"{lost[0]} went away (its link to this node closed)")
+        elif culprit is not None:
+            self.failure = ChildDied(describe_exit(culprit), culprit.exitcode)
+        if self.failure is not None:
+            self.on_failure(str(self.failure))
 
     def stop(self) -> None:
         os.write(self._wake_w, b"x")

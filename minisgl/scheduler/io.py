@@ -11,12 +11,14 @@
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 from typing import Protocol
 
 import torch.distributed as dist
 
 from minisgl.distributed import DistributedInfo, barrier, broadcast_count
 from minisgl.message import (
+    FinishedRequests,
     IpcAddresses,
     Message,
     PubQueue,
@@ -71,15 +73,23 @@ class LocalIO:
 
 class ZmqIO:
     """Rank 0 reads `addrs.scheduler`, pushes its outputs to `addrs.detokenizer` and publishes on
-    `addrs.broadcast`; every other rank subscribes to `addrs.broadcast`."""
+    `addrs.broadcast`; every other rank subscribes to `addrs.broadcast`. In data-parallel replica
+    `replica`, rank 0 also tells the DP controller (`addrs.controller`) which requests finished."""
 
-    def __init__(self, tp_info: DistributedInfo, cpu_group: dist.ProcessGroup | None, addrs: IpcAddresses) -> None:
+    def __init__(
+        self, tp_info: DistributedInfo, cpu_group: dist.ProcessGroup | None, addrs: IpcAddresses, replica: int = 0
+    ) -> None:
         self.tp_info = tp_info
         self.cpu_group = cpu_group
+        self.replica = replica
+        self.controller: PushQueue | None = None
         if tp_info.is_primary:
             self.requests = PullQueue(addrs.scheduler)
             self.outputs = PushQueue(addrs.detokenizer)
             self._queues: list[PullQueue | PushQueue | PubQueue | SubQueue] = [self.requests, self.outputs]
+            if addrs.controller:
+                self.controller = PushQueue(addrs.controller)
+                self._queues.append(self.controller)
             if tp_info.size > 1:
                 self.publisher = PubQueue(addrs.broadcast)
                 self._queues.append(self.publisher)
@@ -106,10 +116,13 @@ class ZmqIO:
         if self.tp_info.is_primary:
             for output in outputs:
                 self.outputs.put(output)
+            finished = [output.uid for output in outputs if output.finished]
+            if self.controller is not None and finished:
+                self.controller.put(FinishedRequests(self.replica, finished))
 
     def send_stats(self, stats: SchedulerStats) -> None:
         if self.tp_info.is_primary:  # along the outputs' path: the detokenizer passes it on to the API
-            self.outputs.put(stats)
+            self.outputs.put(replace(stats, replica=self.replica))
 
     def close(self) -> None:
         for queue in self._queues:

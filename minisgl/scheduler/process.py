@@ -1,5 +1,6 @@
-"""Scheduler rank processes (chapter 02): start one per TP rank in a `ChildGroup`, the body each
-runs, and how a launcher stops them. The offline `LLM` (tp > 1) and the server both use it."""
+"""Scheduler rank processes (chapter 02): start one per TP rank in a `ChildGroup` (this node's share
+of them across machines, chapter 12), the body each runs, and how a launcher stops them. The
+offline `LLM` (tp > 1) and the server both use it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 from multiprocessing.process import BaseProcess
 
 from minisgl.distributed import DistributedInfo
-from minisgl.distributed.loopback import file_init_method
+from minisgl.distributed.rendezvous import file_init_method
 from minisgl.engine.engine import Engine
 from minisgl.message import IpcAddresses, PushQueue, ShutdownRequest
 from minisgl.process import ChildGroup, LaunchError, Ready
@@ -24,32 +25,48 @@ def max_cpu_ranks() -> int:
     return max(8, 4 * (os.cpu_count() or 1))
 
 
-def check_tp_fits_machine(tp_size: int, device: str) -> None:
-    if device == "cpu" and tp_size > max_cpu_ranks():
+def check_ranks_fit_machine(tp_size: int, device: str, dp_size: int = 1, nnodes: int = 1) -> None:
+    """This machine runs tp / nnodes ranks of each of the dp replicas; on CPU that must stay sane."""
+    num_ranks = dp_size * tp_size // nnodes
+    if device == "cpu" and num_ranks > max_cpu_ranks():
+        layout = f"tp_size={tp_size}" + (f" x dp_size={dp_size}" if dp_size > 1 else "")
+        layout += f" over {nnodes} nodes" if nnodes > 1 else ""
         raise LaunchError(
-            f"tp_size={tp_size} needs {tp_size} processes; this machine runs at most {max_cpu_ranks()} CPU ranks"
-            " (4 per core); use a smaller tp size"
+            f"{layout} needs {num_ranks} processes; this machine runs at most {max_cpu_ranks()} CPU ranks"
+            f" (4 per core); use a smaller tp{' or dp' if dp_size > 1 else ''} size"
         )
 
 
-def spawn_ranks(group: ChildGroup, config: SchedulerConfig, addrs: IpcAddresses) -> list[BaseProcess]:
-    """Start rank r = 0 .. tp - 1 as child `minisgl-TP{r}-scheduler` of `group`, without waiting
-    for their acks (`group.wait_ready` does, together with any other children)."""
+def spawn_ranks(
+    group: ChildGroup, config: SchedulerConfig, addrs: IpcAddresses, node_rank: int = 0
+) -> list[BaseProcess]:
+    """Start the ranks of one TP group that live on node `node_rank` as children of `group`, without
+    waiting for their acks (`group.wait_ready` does, together with any other children): all of them
+    on one machine, `node_ranks` across machines (chapter 12). On one machine the ranks meet on a
+    store file in the run's ipc folder; across machines at the `dist_init_addr` every node was given."""
     tp_size = config.tp_info.size
-    check_tp_fits_machine(tp_size, config.device)
-    # the ranks meet on a file: a TCP store would listen on every interface
-    config = dataclasses.replace(config, dist_init_addr=file_init_method(group.ipc_dir))
+    check_ranks_fit_machine(tp_size, config.device, config.dp_size, config.nnodes)
+    replica = f"DP{config.dp_rank}-" if config.dp_size > 1 else ""
+    if config.nnodes == 1:  # the ranks meet on a file (each replica its own): nothing listens on a port
+        store = f"torch-store-dp{config.dp_rank}" if config.dp_size > 1 else "torch-store"
+        config = dataclasses.replace(config, dist_init_addr=file_init_method(group.ipc_dir, store))
     return [
-        group.spawn(f"minisgl-TP{rank}-scheduler", run_scheduler,
+        group.spawn(f"minisgl-{replica}TP{rank}-scheduler", run_scheduler,
                     dataclasses.replace(config, tp_info=DistributedInfo(rank, tp_size)), addrs)
-        for rank in range(tp_size)
+        for rank in node_ranks(tp_size, config.nnodes, node_rank)
     ]
+
+
+def node_ranks(tp_size: int, nnodes: int, node_rank: int) -> range:
+    """The tp ranks node `node_rank` runs: one contiguous block of tp / nnodes (chapter 12)."""
+    per_node = tp_size // nnodes
+    return range(node_rank * per_node, (node_rank + 1) * per_node)
 
 
 def run_scheduler(config: SchedulerConfig, addrs: IpcAddresses, ready: Ready) -> None:
     """The body of rank `config.tp_info.rank`: build the engine and the sockets, ack, loop."""
     engine = Engine(config)
-    io = ZmqIO(config.tp_info, engine.cpu_group, addrs)
+    io = ZmqIO(config.tp_info, engine.cpu_group, addrs, config.dp_rank)
     scheduler = Scheduler(config, engine, io)
     ready(f"{engine.kv_pool.allocator.num_pages} KV pages")
     try:

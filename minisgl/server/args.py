@@ -18,11 +18,14 @@ import torch
 
 from minisgl.attention.base import BACKENDS, resolve_attention_backend
 from minisgl.distributed import DistributedInfo
+from minisgl.distributed.rendezvous import parse_tcp_addr
+from minisgl.engine.config import EngineConfig
 from minisgl.engine.engine import resolve_dist_backend
 from minisgl.kvcache import CACHES
 from minisgl.models.config import ModelConfig
 from minisgl.scheduler import SchedulerConfig
-from minisgl.scheduler.process import check_tp_fits_machine
+from minisgl.scheduler.data_parallel import DP_POLICIES
+from minisgl.scheduler.process import check_ranks_fit_machine
 
 DEFAULT_PORT = 8000
 API_KEY_ENV = "MINISGL_API_KEY"
@@ -44,6 +47,8 @@ class ServerArgs:
     start_timeout_s: float = 300.0
     log_level: str = "info"
     shell: bool = False
+    node_rank: int = 0  # this machine's place in a multi-node run; node 0 serves HTTP (chapter 12)
+    dp_policy: str = "round-robin"  # which replica gets each request when dp_size > 1 (chapter 12)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
         "  python -m minisgl                                 # embedded SmolLM2 on http://127.0.0.1:8000\n"
         "  python -m minisgl --tp-size 3 --dtype float32     # three CPU ranks, same answers\n"
         "  python -m minisgl --model ~/models/Qwen3-0.6B --device cuda\n"
-        "  python -m minisgl --shell                         # chat in the terminal",
+        "  python -m minisgl --shell                         # chat in the terminal\n"
+        "  python -m minisgl --tp-size 2 --nnodes 2 --node-rank 0 --dist-init-addr 10.0.0.1:29500   # on 10.0.0.1,\n"
+        "  python -m minisgl --tp-size 2 --nnodes 2 --node-rank 1 --dist-init-addr 10.0.0.1:29500   # and on another",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     model = parser.add_argument_group("model")
@@ -72,6 +79,18 @@ def build_parser() -> argparse.ArgumentParser:
     parallel = parser.add_argument_group("processes and devices")
     parallel.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1, metavar="N",
                           help="tensor-parallel ranks, one scheduler process each (default: 1)")
+    parallel.add_argument("--dp-size", "--data-parallel-size", dest="dp_size", type=int, default=1, metavar="N",
+                          help="data-parallel replicas, each with its own tp ranks and KV cache (default: 1)")
+    parallel.add_argument("--dp-policy", default="round-robin", choices=list(DP_POLICIES),
+                          help="which replica gets each request: round-robin, or the one with the fewest "
+                               "waiting + running requests (default: round-robin)")
+    parallel.add_argument("--nnodes", type=int, default=1, metavar="N",
+                          help="machines the tp ranks span, tp-size / nnodes ranks each (default: 1)")
+    parallel.add_argument("--node-rank", type=int, default=0, metavar="R",
+                          help="this machine's place among them; node 0 serves HTTP (default: 0)")
+    parallel.add_argument("--dist-init-addr", metavar="HOST:PORT",
+                          help="with --nnodes > 1: where the ranks meet, an address of node 0; node 0 also uses "
+                               "the next two ports (rank 0's broadcast, the links between nodes)")
     parallel.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                           help="auto = cuda when torch sees a GPU, else cpu")
     parallel.add_argument("--dist-backend", default=defaults.dist_backend, choices=["auto", "gloo", "nccl", "pynccl"],
@@ -86,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
                                "(default: --max-running-requests, at most 256)")
     parallel.add_argument("--disable-overlap-schedule", action="store_true",
                           help="on CUDA, wait for each step's tokens before scheduling the next")
+    parallel.add_argument("--comm-stats-dir", metavar="DIR",
+                          help="count bytes and time of every collective, per forward and per layer; each rank "
+                               "writes comm-tp<rank>.json into DIR when it stops (decode runs without CUDA graphs)")
     parallel.add_argument("--num-tokenizers", type=int, default=1, metavar="N",
                           help="tokenizer worker processes (default: 1)")
 
@@ -141,6 +163,8 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
     scheduler = SchedulerConfig(
         model_path=model_path,
         tp_info=DistributedInfo(0, ns.tp_size),
+        nnodes=ns.nnodes,
+        dp_size=ns.dp_size,
         device=device,
         dtype=ns.dtype,
         page_size=ns.page_size,
@@ -150,6 +174,8 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         attention_backend=ns.attention_backend,
         cuda_graph_max_bs=ns.cuda_graph_max_bs,
         overlap_schedule=False if ns.disable_overlap_schedule else None,
+        comm_stats_dir=ns.comm_stats_dir,
+        **({"dist_init_addr": f"tcp://{ns.dist_init_addr}"} if ns.dist_init_addr else {}),
         load_format=ns.load_format,
         seed=ns.seed,
         max_running_requests=ns.max_running_requests,
@@ -167,6 +193,8 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         start_timeout_s=ns.start_timeout,
         log_level=ns.log_level,
         shell=ns.shell,
+        node_rank=ns.node_rank,
+        dp_policy=ns.dp_policy,
     )
 
 
@@ -174,7 +202,8 @@ def check_args(args: ServerArgs) -> ServerArgs:
     """Every check that needs no child process; raises `ArgsError` (or `ModelError`) with one line.
     Returns `args` with `served_model_name` filled in."""
     config = args.scheduler
-    positive = {"--tp-size": config.tp_info.size, "--num-tokenizers": args.num_tokenizers,
+    positive = {"--tp-size": config.tp_info.size, "--dp-size": config.dp_size, "--nnodes": config.nnodes,
+                "--num-tokenizers": args.num_tokenizers,
                 "--max-running-requests": config.max_running_requests,
                 "--max-prefill-tokens": config.max_prefill_tokens, "--page-size": config.page_size,
                 "--max-pending-requests": args.max_pending_requests}
@@ -189,19 +218,45 @@ def check_args(args: ServerArgs) -> ServerArgs:
         raise ArgsError(f"--kv-memory-gb must be positive, got {config.kv_memory_gb}")
     if not 0 <= args.port <= 65535:
         raise ArgsError(f"--port must be in 0..65535, got {args.port}")
+    _check_nodes(args)
     if config.device == "cuda" and not torch.cuda.is_available():
         raise ArgsError("--device cuda, but torch sees no CUDA GPU; use --device cpu")
     try:  # the engine's own rules, run here so a bad choice fails before any process starts
-        resolve_dist_backend(config.dist_backend, torch.device(config.device), config.tp_info.size)
+        resolve_dist_backend(config.dist_backend, torch.device(config.device), config.tp_info.size,
+                             config.local_world_size)
         resolve_attention_backend(config.attention_backend, torch.device(config.device))
     except ValueError as error:
         raise ArgsError(str(error)) from None
 
     model_config = ModelConfig.from_dir(config.model_path)  # a missing or foreign dir fails here
     model_config.check_tp_size(config.tp_info.size)  # "tp_size=2 does not divide ...; valid tp sizes: 1, 3"
-    check_tp_fits_machine(config.tp_info.size, config.device)
+    check_ranks_fit_machine(config.tp_info.size, config.device, config.dp_size, config.nnodes)
     name = args.served_model_name or config.model_path.resolve().name
     return dataclasses.replace(args, served_model_name=name)
+
+
+def _check_nodes(args: ServerArgs) -> None:
+    """The multi-node and data-parallel flags fit together (chapter 12)."""
+    config = args.scheduler
+    if not 0 <= args.node_rank < config.nnodes:
+        raise ArgsError(f"--node-rank must be in 0..{config.nnodes - 1} for --nnodes {config.nnodes}, "
+                        f"got {args.node_rank}")
+    if config.nnodes == 1:
+        if config.dist_init_addr != EngineConfig.dist_init_addr:
+            raise ArgsError("--dist-init-addr is for multi-node runs; add --nnodes N (one machine needs no address)")
+        return
+    if config.dist_init_addr == EngineConfig.dist_init_addr:
+        raise ArgsError(f"--nnodes {config.nnodes} needs --dist-init-addr HOST:PORT, an address of node 0 "
+                        "that every node can reach")
+    try:
+        parse_tcp_addr(config.dist_init_addr)
+    except ValueError as error:
+        raise ArgsError(f"--dist-init-addr: {error}") from None
+    if config.tp_info.size % config.nnodes != 0:
+        raise ArgsError(f"--tp-size {config.tp_info.size} does not split over --nnodes {config.nnodes}: "
+                        "every node runs the same number of ranks")
+    if config.dp_size > 1:
+        raise ArgsError("--dp-size > 1 runs its replicas on one machine; use --nnodes 1")
 
 
 def bind_http_socket(host: str, port: int) -> socket.socket:

@@ -52,7 +52,7 @@ class Frontend:
         self.num_aborted = 0
         self.num_submitted = 0
         self.num_finished: Counter[str] = Counter()  # finish reason -> requests
-        self.stats: SchedulerStats | None = None
+        self.stats: dict[int, SchedulerStats] = {}  # replica -> its rank 0's latest numbers
         self._reader: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -64,7 +64,7 @@ class Frontend:
             while True:
                 output: TextOutput | SchedulerStats = await self._outputs.get()
                 if isinstance(output, SchedulerStats):
-                    self.stats = output  # rank 0's latest numbers, for /metrics
+                    self.stats[output.replica] = output  # for /metrics
                     continue
                 if output.finished:
                     self.num_finished[output.finish_reason or "unknown"] += 1

@@ -8,6 +8,8 @@ outputs about once a second: no rank does anything extra but rank 0, and nothing
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from minisgl.message import SchedulerStats
 
 from .frontend import Frontend
@@ -29,9 +31,9 @@ def render_metrics(frontend: Frontend) -> str:
     metric("requests_finished_total", "counter", "Requests finished, by finish reason.",
            [(f'{{reason="{reason}"}}', count) for reason, count in sorted(frontend.num_finished.items())])
     metric("requests_in_flight", "gauge", "Requests the API is waiting on.", [("", frontend.num_pending)])
-    stats = frontend.stats
-    if stats is None:  # rank 0 has not reported yet (it does within a second of starting)
+    if not frontend.stats:  # rank 0 has not reported yet (it does within a second of starting)
         return "\n".join(out) + "\n"
+    stats = summed(list(frontend.stats.values()))
     metric("num_requests_running", "gauge", "Requests admitted by the scheduler (prefilling or decoding).",
            [("", stats.num_running)])
     metric("num_requests_waiting", "gauge", "Requests waiting for admission, retracted ones included.",
@@ -49,6 +51,12 @@ def render_metrics(frontend: Frontend) -> str:
            [("", stats.retracted_total)])
     metric("generation_tokens_total", "counter", "Tokens generated.", [("", stats.generated_tokens_total)])
     return "\n".join(out) + "\n"
+
+
+def summed(reports: list[SchedulerStats]) -> SchedulerStats:
+    """The whole server's numbers: every field is a count, so replicas add up."""
+    totals = {f.name: sum(getattr(r, f.name) for r in reports) for f in fields(SchedulerStats) if f.name != "replica"}
+    return SchedulerStats(**totals)
 
 
 def hit_rate(stats: SchedulerStats) -> float:

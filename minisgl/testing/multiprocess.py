@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from minisgl.distributed import barrier, destroy_distributed, enable_torch_distributed, set_tp_info
-from minisgl.distributed.loopback import bind_collectives_to_loopback, file_init_method
+from minisgl.distributed.rendezvous import file_init_method, rendezvous
 
 
 class RankFailed(RuntimeError):
@@ -33,10 +33,9 @@ def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, init_method: 
                args: tuple) -> None:
     try:
         torch.set_num_threads(1)
-        bind_collectives_to_loopback()
-        dist.init_process_group(
-            "gloo", init_method=init_method, rank=rank, world_size=world_size, timeout=timedelta(seconds=60),
-        )
+        timeout = timedelta(seconds=60)
+        store = rendezvous(init_method, rank, world_size, timeout)  # a file, and loopback collectives
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
         set_tp_info(rank, world_size)
         enable_torch_distributed(dist.group.WORLD)
         barrier(dist.group.WORLD)  # everyone is in the group before any rank's logic starts

@@ -41,17 +41,19 @@ class RunningServer:
             raise
 
     def _wait_listening(self, deadline: float) -> int:
-        """The HTTP port: the server binds it first thing, before any child starts."""
+        """The HTTP port: the server binds it first thing, before any child starts, so it is the
+        listening socket with the lowest file descriptor (node 0 of a multi-node run listens for the
+        other nodes too, later)."""
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise ServerFailed(f"server exited with code {self.process.returncode}:\n{self.log()}")
             try:
-                ports = [c.laddr.port for c in psutil.Process(self.process.pid).net_connections(kind="tcp")
-                         if c.status == psutil.CONN_LISTEN]
+                listening = psutil.Process(self.process.pid).net_connections(kind="tcp")
+                ports = sorted((c.fd, c.laddr.port) for c in listening if c.status == psutil.CONN_LISTEN)
             except psutil.NoSuchProcess:
                 ports = []
             if ports:
-                return ports[0]
+                return ports[0][1]
             time.sleep(0.1)
         raise ServerFailed(f"server did not listen within the start timeout:\n{self.log()}")
 

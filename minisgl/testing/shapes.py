@@ -2,7 +2,7 @@
 and GPU tests with `load_format="dummy"`, and random-weight checkpoints of those shapes for
 comparisons with transformers.
 
-    python -m minisgl.testing.shapes OUT_DIR     # writes OUT_DIR/smollm2-135m, OUT_DIR/qwen3-0.6b
+    python -m minisgl.testing.shapes OUT_DIR     # writes OUT_DIR/<shape> for every shape below
 """
 
 from __future__ import annotations
@@ -30,6 +30,27 @@ SHAPES: dict[str, dict[str, Any]] = {
         "vocab_size": 151936, "tie_word_embeddings": True, "rms_norm_eps": 1e-6,
         "rope_theta": 1000000.0, "max_position_embeddings": 40960,
         "bos_token_id": 151643, "eos_token_id": 151645, "hidden_act": "silu",
+    },
+    # GPT-2 small's width and depth as a Llama with 4 KV heads: splits at tp 1, 2, 4, and a CPU
+    # decodes it in tens of milliseconds (chapter 12's CPU measurements)
+    "llama-125m": {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 12,
+        "num_attention_heads": 12, "num_key_value_heads": 4, "head_dim": 64,
+        "vocab_size": 32000, "tie_word_embeddings": False, "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0, "max_position_embeddings": 4096,
+        "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
+    },
+    # Llama-3.1-8B's public config.json (seed 004's example): 32 layers, 8 KV heads, vocab 128256
+    "llama-3.1-8b": {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+        "vocab_size": 128256, "tie_word_embeddings": False, "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0, "max_position_embeddings": 131072,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192},
+        "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "hidden_act": "silu",
     },
 }
 
