@@ -7,26 +7,19 @@ These checks are fast and static. Executing the notebooks is `pytest chapters` (
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from file_modules import load_file_module
+
 CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"
 SECTIONS = ["## Objectives", "## Run it", "## Summary", "## Exercises", "## References"]
 
 
-def _load_builder():
-    spec = importlib.util.spec_from_file_location("build_notebooks", CHAPTERS / "build_notebooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-builder = _load_builder()
+builder = load_file_module(CHAPTERS / "build_notebooks.py", "build_notebooks")
 chapter_dirs = builder.chapter_dirs()
 
 
@@ -88,7 +81,4 @@ def test_the_course_has_at_least_six_figures():
 def test_rank_workers_import(chapter: Path, monkeypatch: pytest.MonkeyPatch):
     """Spawned ranks import workers.py by name; a broken import would only show up inside a rank."""
     monkeypatch.syspath_prepend(str(CHAPTERS))
-    spec = importlib.util.spec_from_file_location(f"workers_{chapter.name[:2]}", chapter / "workers.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules.pop(spec.name, None)
+    load_file_module(chapter / "workers.py", f"workers_{chapter.name[:2]}")

@@ -6,7 +6,6 @@ A new chapter needs only its folder, its nav entries and its home-page row: the 
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import shutil
 from pathlib import Path
@@ -17,18 +16,13 @@ import yaml
 from mkdocs.structure.files import File, Files
 from mkdocs_jupyter.plugin import NotebookFile
 
+from file_modules import load_file_module
+
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted(p for p in ROOT.glob("chapters/[0-9][0-9]-*") if (p / "README.md").is_file())
 
 
-def _load_hooks():
-    spec = importlib.util.spec_from_file_location("minisgl_docs_hooks", ROOT / "docs" / "hooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-hooks = _load_hooks()
+hooks = load_file_module(ROOT / "docs" / "hooks.py", "minisgl_docs_hooks")
 
 
 def _nav_pages(entries: list) -> list[tuple[str, str]]:
