@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     parallel.add_argument("--comm-stats-dir", metavar="DIR",
                           help="count bytes and time of every collective, per forward and per layer; each rank "
                                "writes comm-tp<rank>.json into DIR when it stops (decode runs without CUDA graphs)")
+    parallel.add_argument("--trace", metavar="DIR",
+                          help="record a timeline of every process (messages, batches, collectives, text, HTTP); "
+                               "at exit DIR/trace.json holds them all, for https://ui.perfetto.dev")
     parallel.add_argument("--num-tokenizers", type=int, default=1, metavar="N",
                           help="tokenizer worker processes (default: 1)")
 
@@ -175,6 +178,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         cuda_graph_max_bs=ns.cuda_graph_max_bs,
         overlap_schedule=False if ns.disable_overlap_schedule else None,
         comm_stats_dir=ns.comm_stats_dir,
+        trace_dir=ns.trace,
         **({"dist_init_addr": f"tcp://{ns.dist_init_addr}"} if ns.dist_init_addr else {}),
         load_format=ns.load_format,
         seed=ns.seed,
