@@ -10,11 +10,13 @@ import json
 import subprocess
 import sys
 
+import httpx
 import pytest
 
 from minisgl import LLM, SamplingParams
 from minisgl.trace import TRACE, Recorder, load, merge
 from minisgl.trace import recorder as recorder_module
+from minisgl.testing.server import RunningServer
 from minisgl.trace.chrome import clock_shifts
 
 PROMPT = [5, 17, 99, 3, 8]
@@ -179,3 +181,20 @@ def test_merge_says_what_to_do_with_an_empty_folder(tmp_path) -> None:
     result = subprocess.run([sys.executable, "-m", "minisgl.trace", "merge", str(tmp_path)], capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 1 and result.stderr.count("\n") == 1 and "no trace-*.json" in result.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_traced_server_writes_every_process_at_sigterm(tiny_model_dir, tmp_path) -> None:
+    """`--trace DIR`: the text processes are stopped by SIGTERM and still write their files; the
+    server merges them all at exit, one track per process in the order data flows."""
+    with RunningServer(["--model", str(tiny_model_dir("llama")), "--device", "cpu", "--dtype", "float32",
+                        "--num-pages", "256", "--trace", str(tmp_path)]) as server:
+        body = {"input_ids": PROMPT, "sampling_params": {"temperature": 0, "max_new_tokens": 2, "ignore_eos": True}}
+        assert httpx.post(f"{server.base_url}/generate", json=body, timeout=60).status_code == 200
+    assert server.process.returncode == 0, server.log()
+    tracks = _by_process(load(tmp_path / "trace.json"))  # written by the server as it stopped
+    assert list(tracks) == ["server", "tokenizer-0", "TP0-scheduler", "detokenizer"]
+    first = {name: [e["name"] for e in events] for name, events in tracks.items()}
+    assert first["server"] == ["request in", "request out"]
+    assert first["tokenizer-0"] == ["start-up", "tokenize"]
+    assert first["detokenizer"][0] == "start-up" and "detokenize" in first["detokenizer"]
