@@ -11,10 +11,11 @@ import subprocess
 import sys
 
 import httpx
+import matplotlib
 import pytest
 
 from minisgl import LLM, SamplingParams
-from minisgl.trace import TRACE, Recorder, load, merge
+from minisgl.trace import TRACE, Recorder, load, merge, plot, step_window
 from minisgl.trace import recorder as recorder_module
 from minisgl.testing.server import RunningServer
 from minisgl.trace.chrome import clock_shifts
@@ -134,6 +135,13 @@ def test_overlap_launches_step_n_plus_1_before_reading_step_n(tiny_model_dir, tm
     assert sorted(forward_start) == [1, 2, 3, 4] and sorted(tokens_read) == [1, 2, 3, 4]
     for step in (1, 2, 3):
         assert forward_start[step + 1] < tokens_read[step]
+
+    matplotlib.use("Agg")
+    ax = plot(tmp_path, window=step_window(tmp_path, 2))
+    assert [label.get_text() for label in ax.get_yticklabels()] == ["llm"]
+    assert ax.get_xlim()[0] < forward_start[2] / 1000 < ax.get_xlim()[1]
+    with pytest.raises(ValueError, match="steps run from 1 to 4"):
+        step_window(tmp_path, 9)
 
 
 def test_the_recorder_keeps_the_last_events_and_counts_the_dropped(tmp_path, monkeypatch) -> None:

@@ -9,7 +9,7 @@ one clock in one file that Perfetto opens; `plot` draws it for a notebook.
 """
 
 from .chrome import load, merge
-from .plot import plot
+from .plot import plot, step_window
 from .recorder import TRACE, Recorder
 
-__all__ = ["TRACE", "Recorder", "load", "merge", "plot"]
+__all__ = ["TRACE", "Recorder", "load", "merge", "plot", "step_window"]
