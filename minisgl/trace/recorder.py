@@ -112,12 +112,13 @@ class Recorder:
 
     def finish(self) -> Path | None:
         """The launcher's last word, once every child has exited (and written its file): write this
-        process's file, stop recording, and merge the folder (`chrome.merge`); the merged file."""
+        process's file, stop recording, and merge the folder (`chrome.merge`); the merged file, or
+        None when no process wrote one (a run that failed to start)."""
         if not self.enabled or self.folder is None:
             return None
         self.save()
         self.stop()
-        return merge(self.folder)
+        return merge(self.folder) if any(self.folder.glob("trace-*.json")) else None
 
     def stop(self) -> None:
         self.enabled = False
