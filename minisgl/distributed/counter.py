@@ -10,7 +10,8 @@ that costs one attribute check per collective and one assignment per layer. Coun
 collective is timed by the clock (gloo returns when it is done); a CUDA one by two events on the
 current stream (NCCL only enqueues), read when the forward ends, so counting adds a device sync per
 forward and runs decode without CUDA graphs (a replayed graph runs no Python, so nothing could
-count it). The trace's span of a CUDA collective is its enqueue on the host.
+count it). The trace's span of a CUDA collective is its enqueue on the host, and the collectives of
+a replayed graph do not show in the trace either.
 
 Bytes are those of the tensor each rank hands in: for an all-reduce the payload of chapter 09's
 formula (`tokens · hidden · bytes`), for the LM head's all-gather this rank's shard of the logits.
