@@ -12,8 +12,8 @@ the recorder reads the wall clock (`time.time_ns()`) next to it, once: that (wal
 anchor turns every timestamp into wall time when the file is written, and lets `merge` line up the
 processes (`chrome.py`).
 
-Memory is bounded: the events live in a ring of `MAX_EVENTS`; when it is full the oldest go, and the
-file says how many were dropped.
+Memory is bounded: the events live in a ring of `MAX_EVENTS` (about 40 MB); when it is full the
+oldest go, and the file says how many were dropped.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 from .chrome import merge, process_trace, write_trace
 
-MAX_EVENTS = 200_000  # ~70 per forward at tp = 2 on a 30-layer model: the last ~3000 steps
+MAX_EVENTS = 100_000  # ~40 MB; ~65 per step of a 30-layer model at tp > 1: its last ~1500 steps
 
 _OFF = nullcontext()
 
@@ -38,7 +38,7 @@ class Event(NamedTuple):
 
     ph: str
     name: str
-    cat: str  # "message", "batch", "collective", "text" or "http": what the plot colours by
+    cat: str  # "process", "message", "batch", "collective", "text" or "request"
     ts_ns: int  # perf_counter_ns() at its start
     dur_ns: int
     args: dict[str, Any]
