@@ -183,12 +183,16 @@ def test_merge_moves_only_a_machine_whose_clock_breaks_causality() -> None:
     assert low <= high
 
 
-def test_merge_says_what_to_do_with_an_empty_folder(tmp_path) -> None:
+def test_merge_says_what_to_do_with_an_empty_folder(tiny_model_dir, tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="run with --trace"):
         merge(tmp_path)
     recorder = Recorder()  # a launcher whose run failed before any process recorded anything
     recorder.start(tmp_path, "minisgl-server")
     assert recorder.finish() is None and not recorder.enabled
+    (tmp_path / "trace.json").write_text("{}")  # a folder that already holds a trace: not for a new run
+    with pytest.raises(ValueError, match="already holds a trace; pass an empty or new folder"):
+        LLM(tiny_model_dir("llama"), trace=tmp_path)
+    (tmp_path / "trace.json").unlink()
     result = subprocess.run([sys.executable, "-m", "minisgl.trace", "merge", str(tmp_path)], capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 1 and result.stderr.count("\n") == 1 and "no trace-*.json" in result.stderr

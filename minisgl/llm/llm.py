@@ -19,7 +19,7 @@ from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.data_parallel import pick_replica
 from minisgl.scheduler.process import check_ranks_fit_machine
 from minisgl.tokenizer import encode_chat, encode_text
-from minisgl.trace import TRACE
+from minisgl.trace import TRACE, check_trace_dir
 
 from .backends import InProcessBackend, MultiProcessBackend
 
@@ -66,6 +66,8 @@ class LLM:
             raise ValueError(f"dp_size must be at least 1, got {dp_size}")
         pick_replica(dp_policy, [0], 0)  # an unknown policy fails here, before any spawn
         check_ranks_fit_machine(tp_size, device, dp_size)
+        if trace is not None:
+            check_trace_dir(trace)
         self.tokenizer = _load_tokenizer(self.model_path)
         config = SchedulerConfig(model_path=self.model_path, tp_info=DistributedInfo(0, tp_size), device=device,
                                  dtype=dtype, dp_size=dp_size, trace_dir=None if trace is None else str(trace),

@@ -26,6 +26,7 @@ from minisgl.models.config import ModelConfig
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.data_parallel import DP_POLICIES
 from minisgl.scheduler.process import check_ranks_fit_machine
+from minisgl.trace import check_trace_dir
 
 DEFAULT_PORT = 8000
 API_KEY_ENV = "MINISGL_API_KEY"
@@ -223,6 +224,11 @@ def check_args(args: ServerArgs) -> ServerArgs:
     if not 0 <= args.port <= 65535:
         raise ArgsError(f"--port must be in 0..65535, got {args.port}")
     _check_nodes(args)
+    if config.trace_dir is not None:
+        try:
+            check_trace_dir(config.trace_dir)
+        except ValueError as error:
+            raise ArgsError(f"--trace: {error}") from None
     if config.device == "cuda" and not torch.cuda.is_available():
         raise ArgsError("--device cuda, but torch sees no CUDA GPU; use --device cpu")
     try:  # the engine's own rules, run here so a bad choice fails before any process starts

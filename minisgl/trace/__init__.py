@@ -10,6 +10,6 @@ one clock in one file that Perfetto opens; `plot` draws it for a notebook.
 
 from .chrome import load, merge
 from .plot import plot, step_window
-from .recorder import TRACE, Recorder
+from .recorder import TRACE, Recorder, check_trace_dir
 
-__all__ = ["TRACE", "Recorder", "load", "merge", "plot", "step_window"]
+__all__ = ["TRACE", "Recorder", "check_trace_dir", "load", "merge", "plot", "step_window"]

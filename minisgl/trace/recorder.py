@@ -125,4 +125,11 @@ class Recorder:
         self.events.clear()
 
 
+def check_trace_dir(folder: str | Path) -> None:
+    """A run's trace needs a folder of its own: `merge` takes every trace file in it. Raises a
+    one-line ValueError for a folder that already holds one."""
+    if any(Path(folder).glob("trace*.json")):
+        raise ValueError(f"{folder} already holds a trace; pass an empty or new folder to trace this run")
+
+
 TRACE = Recorder()
