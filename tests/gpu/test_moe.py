@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from minisgl import LLM, SamplingParams
-from minisgl.kernel.triton.fused_moe import fused_expert_outputs
 from minisgl.layers.moe import expert_outputs_torch
 from minisgl.testing.shapes import SHAPES, make_shape_dir
 from minisgl.testing.tolerance import expert_mlp_tolerance
@@ -26,6 +25,10 @@ PROMPTS = [[5, 17, 99, 3], list(range(40, 71)), [7, 8, 9, 10, 11, 12]]
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("tokens", [1, 7, 300])  # 300 tokens x 8 = 2400 pairs: the 64-row blocks
 def test_fused_moe_matches_the_torch_loop(tokens: int, dtype: torch.dtype) -> None:
+    # imported here: collecting this file on a CPU must not load the kernels before
+    # tests/test_triton_interpret.py switches Triton's interpreter on
+    from minisgl.kernel.triton.fused_moe import fused_expert_outputs
+
     generator = torch.Generator(device="cuda").manual_seed(tokens)
     experts, top_k, hidden = SHAPE["num_experts"], SHAPE["num_experts_per_tok"], SHAPE["hidden_size"]
     inter = SHAPE["moe_intermediate_size"] // 2  # one rank's shard at tp 2
