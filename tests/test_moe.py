@@ -116,3 +116,22 @@ def test_greedy_tokens_identical_across_tp_sizes_and_splits(name: str, runs, tin
     reference = _greedy(model_dir, 1, "tp")
     for tp, mode in runs:
         assert _greedy(model_dir, tp, mode) == reference, f"tp={tp} moe_parallel={mode} differs from tp=1"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--tp-size", "3"], "tp_size=3 does not divide num_attention_heads=4"),
+    (["--moe-parallel", "ep", "--tp-size", "3"], "tp_size=3 does not divide num_attention_heads=4"),
+])
+def test_cli_refuses_splits_it_cannot_run(args: list[str], message: str, tiny_model_dir) -> None:
+    from minisgl.server.args import ArgsError, check_args, parse_args
+
+    with pytest.raises((ArgsError, ModelError)) as info:
+        check_args(parse_args(["--model", str(tiny_model_dir("qwen3-moe")), "--device", "cpu", *args]))
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_cli_refuses_ep_on_a_dense_model(tiny_model_dir) -> None:
+    from minisgl.server.args import check_args, parse_args
+
+    with pytest.raises(ModelError, match="moe_parallel='ep' needs a mixture-of-experts model; LlamaForCausalLM"):
+        check_args(parse_args(["--model", str(tiny_model_dir("llama")), "--device", "cpu", "--moe-parallel", "ep"]))
