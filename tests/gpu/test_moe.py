@@ -12,14 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from minisgl import LLM, SamplingParams
 from minisgl.layers.moe import expert_outputs_torch
 from minisgl.testing.shapes import SHAPES, make_shape_dir
 from minisgl.testing.tolerance import expert_mlp_tolerance
 
+from two_gpus import dummy_tokens, needs_two_gpus
+
 SHAPE = SHAPES["qwen3-30b-a3b"]
-GREEDY = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
-PROMPTS = [[5, 17, 99, 3], list(range(40, 71)), [7, 8, 9, 10, 11, 12]]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -44,25 +43,14 @@ def test_fused_moe_matches_the_torch_loop(tokens: int, dtype: torch.dtype) -> No
     torch.testing.assert_close(fused.float(), reference.float(), **tolerance)
 
 
-def _needs_two_gpus() -> None:
-    if torch.cuda.device_count() < 2:
-        pytest.skip(f"needs 2 GPUs (one per rank); this machine has {torch.cuda.device_count()}")
-
-
-def _tokens(model_dir: Path, **kwargs) -> list[list[int]]:
-    with LLM(model_dir, device="cuda", dtype="float32", load_format="dummy", kv_memory_gb=1.0, progress=False,
-             **kwargs) as llm:
-        return [out.token_ids for out in llm.generate(PROMPTS, GREEDY)]
-
-
 @pytest.mark.timeout(600)
 def test_tp_and_ep_splits_on_two_gpus_answer_like_one(tmp_path: Path) -> None:
-    _needs_two_gpus()
+    needs_two_gpus()
     model_dir = make_shape_dir("qwen3-30b-a3b", tmp_path / "qwen3-30b-a3b", num_layers=4)  # fp32: 2.4 GB per layer
-    reference = _tokens(model_dir)
-    assert _tokens(model_dir, tp_size=2, moe_parallel="tp") == reference
+    reference = dummy_tokens(model_dir)
+    assert dummy_tokens(model_dir, tp_size=2, moe_parallel="tp") == reference
     stats = tmp_path / "stats"
-    assert _tokens(model_dir, tp_size=2, moe_parallel="ep", comm_stats_dir=str(stats)) == reference
+    assert dummy_tokens(model_dir, tp_size=2, moe_parallel="ep", comm_stats_dir=str(stats)) == reference
     report = json.loads((stats / "comm-tp0.json").read_text())
     assert report["dist_backend"] == "nccl"  # auto: PyNCCL has no all-to-all
     kinds = {c["kind"] for c in report["phases"]["decode"]["collectives"]}
