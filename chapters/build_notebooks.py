@@ -3,7 +3,8 @@
 A chapter's README.md is the single source. Its title and hardware note become the first cell;
 its `## Run it` section becomes the rest: every ```python fence is a code cell, the prose between
 fences markdown cells. Code quoted elsewhere in the lesson is never executed. Notebooks are
-written unexecuted, with fixed cell ids, so regenerating an unchanged lesson changes no byte.
+written unexecuted, with fixed cell ids, so regenerating an unchanged lesson changes no byte;
+`pytest chapters` (chapters/conftest.py) executes them into build/notebooks/ for the site.
 
     python chapters/build_notebooks.py           # rewrite every chapters/NN-*/NN-*.ipynb
     python chapters/build_notebooks.py 04 05     # only chapters 04 and 05
@@ -21,7 +22,7 @@ import nbformat
 
 CHAPTERS_DIR = Path(__file__).resolve().parent
 RUN_HEADING = "## Run it"
-CELL_TIMEOUT_S = 180  # nbmake reads metadata.execution.timeout: no cell may hang CI
+CELL_TIMEOUT_S = 180  # chapters/conftest.py reads metadata.execution.timeout: no cell may hang CI
 FENCE = re.compile(r"^```python\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
 
 
@@ -48,8 +49,8 @@ def build_notebook(chapter: Path) -> nbformat.NotebookNode:
     head, run = _sections((chapter / "README.md").read_text())
     cells = [
         nbformat.v4.new_markdown_cell(
-            head + "\n\n*This notebook is generated from the chapter's [lesson page](README.md) by "
-            "`chapters/build_notebooks.py`; edit the lesson, then run `make notebooks`.*"
+            head + "\n\n*This notebook is the runnable part of the chapter's [lesson page](README.md), "
+            "which has the explanations, the summary and the exercises.*"
         )
     ]
     position = 0

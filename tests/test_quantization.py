@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -276,7 +277,7 @@ def test_the_real_probe_measures_every_variant() -> None:
     assert all(ms > 0 for times in result.ms.values() for ms in times.values())
 
 
-def test_explicit_choices_skip_the_probe_and_bad_ones_fail(gguf_model, tiny_model_dir, monkeypatch) -> None:
+def test_explicit_choices_skip_the_probe_and_bad_ones_fail(gguf_model, tiny_model_dir, monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(precision, "cached_probe", lambda *args: pytest.fail("the probe ran"))
     dense_dir = tiny_model_dir(TINY)
     explicit = resolve_precision(EngineConfig(dense_dir, dtype="float32"))
@@ -288,6 +289,11 @@ def test_explicit_choices_skip_the_probe_and_bad_ones_fail(gguf_model, tiny_mode
         resolve_precision(EngineConfig(dense_dir, dtype="float32", quantization="gguf"))
     with pytest.raises(ValueError, match="CPU only"):
         resolve_precision(EngineConfig(gguf_model(GGMLQuantizationType.Q4_1), device="cuda", quantization="gguf"))
+    moe_dir = tmp_path / "moe"
+    shutil.copytree(tiny_model_dir("qwen3-moe"), moe_dir)
+    (moe_dir / "model.gguf").touch()  # only its presence is checked before the layout
+    with pytest.raises(ValueError, match="not a mixture of experts"):
+        resolve_precision(EngineConfig(moe_dir, dtype="float32", quantization="gguf"))
     forced = resolve_precision(EngineConfig(gguf_model(GGMLQuantizationType.Q4_1), dtype="float32",
                                             quantization="gguf", max_quantized_rows=4))
     assert (forced.quantization, forced.max_quantized_rows) == ("gguf", 4)

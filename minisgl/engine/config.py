@@ -38,12 +38,15 @@ class EngineConfig:
     max_quantized_rows: int | None = None  # with gguf: batches up to this many rows take the int4/int8 kernels,
     # larger ones dense weights; None: the probe's crossover
     deterministic: bool = False  # batch-invariant: a request's tokens never depend on its batch (CPU)
+    moe_parallel: str = "tp"  # a mixture-of-experts model's experts: "tp" splits each one, "ep" places
+    # whole experts per rank and sends tokens to them (chapter 14)
     seed: int = 0
     progress: bool = True  # tqdm bar while loading weights (rank 0 only)
     max_running_requests: int = 64  # requests decoded together; sizes the device page table too
     cuda_graph_max_bs: int | None = None  # largest decode batch replayed as a CUDA graph; 0 disables;
     # None: max_running_requests (capped at 256)
     comm_stats_dir: str | None = None  # count bytes and time of every collective; each rank writes a JSON here
+    trace_dir: str | None = None  # every process of the run records its timeline here (minisgl.trace)
     overlap_schedule: bool | None = None  # prepare step N+1 while the device runs step N;
     # None: on for CUDA, off for CPU (True forces it on a CPU too, for tests)
     tp_ops: TPOps | None = None  # another implementation of the TP layers' steps and of the loader's

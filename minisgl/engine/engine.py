@@ -34,6 +34,7 @@ from minisgl.layers.batch_invariant import set_batch_invariant
 from minisgl.models.config import ModelConfig
 from minisgl.models.registry import create_model
 from minisgl.models.weight import load_dummy_weights, load_weights
+from minisgl.trace import TRACE
 
 from .config import EngineConfig
 from .cuda_graph import CudaGraphRunner
@@ -66,23 +67,28 @@ class Engine:
         set_tp_info(tp.rank, tp.size)  # first: every layer constructor reads it
         use_tp_ops(config.tp_ops)  # None: the layers' and the loader's own code (chapter 15)
         self.model_path = Path(config.model_path)
-        self.model_config = ModelConfig.from_dir(self.model_path)
+        self.model_config = ModelConfig.from_dir(self.model_path).with_moe_parallel(config.moe_parallel)
         self.model_config.check_tp_size(tp.size)
         self.device = _bind_device(config)
         self.config = config = resolve_precision(config)  # "auto" measured here, unless the launcher did
         self.dtype = resolve_dtype(config.dtype)
         set_batch_invariant(config.deterministic)
-        self.dist_backend = resolve_dist_backend(config.dist_backend, self.device, tp.size, config.local_world_size)
-        self.cpu_group = self._init_communication()
-        COMM_COUNTER.enabled = config.comm_stats_dir is not None
+        self.dist_backend = resolve_dist_backend(config.dist_backend, self.device, tp.size, config.local_world_size,
+                                                 config.moe_parallel)
+        with TRACE.span("join the group", "process", backend=self.dist_backend):
+            self.cpu_group = self._init_communication()
+        COMM_COUNTER.configure(counting=config.comm_stats_dir is not None)
 
-        with torch.device("meta"):  # shapes only; real tensors arrive from the loader
-            self.model = create_model(self.model_config)
-        self._load_weights()
+        with TRACE.span("load weights", "process"):
+            with torch.device("meta"):  # shapes only; real tensors arrive from the loader
+                self.model = create_model(self.model_config)
+            self._load_weights()
+        with TRACE.span("size the KV cache", "process"):
+            num_pages = self._sync_num_pages()
 
         self.kv_pool = KVCachePool(
             self.model_config.num_layers,
-            self._sync_num_pages(),
+            num_pages,
             config.page_size,
             local_kv_heads(self.model_config.num_kv_heads, tp.size),
             self.model_config.head_dim,
@@ -169,8 +175,12 @@ class Engine:
             max_bs = min(config.max_running_requests, _MAX_GRAPH_BS)
         if max_bs <= 0 or self.device.type != "cuda":
             return None
-        if COMM_COUNTER.enabled:
+        if COMM_COUNTER.counting:
             logger.warning("counting collectives (--comm-stats-dir): decode runs eagerly, graph replays run no Python")
+            return None
+        if self.config.moe_parallel == "ep" and self.config.tp_info.size > 1:
+            logger.warning("expert parallelism sizes its all-to-all from each step's routing on the host; "
+                           "running decode eagerly")
             return None
         if not self.attn_backend.supports_cuda_graph:
             logger.warning("CUDA graphs need the triton or flashinfer attention backend; running decode eagerly")
@@ -239,7 +249,7 @@ class Engine:
         self.attn_backend.release(req)
 
     def shutdown(self) -> None:
-        if COMM_COUNTER.enabled:
+        if COMM_COUNTER.counting:
             self._write_comm_stats()
         if self.graph_runner is not None:
             self.graph_runner.destroy()  # graphs hold captured collectives: before the communicators
@@ -258,7 +268,7 @@ class Engine:
         replica = f"dp{config.dp_rank}-" if config.dp_size > 1 else ""
         (folder / f"comm-{replica}tp{tp.rank}.json").write_text(json.dumps(report, indent=1))
         COMM_COUNTER.reset()
-        COMM_COUNTER.enabled = False
+        COMM_COUNTER.configure(counting=False)
 
 
 def resolve_dtype(name: str) -> torch.dtype:
@@ -270,15 +280,22 @@ def resolve_dtype(name: str) -> torch.dtype:
     return dtypes[name]
 
 
-def resolve_dist_backend(name: str, device: torch.device, tp_size: int, local_ranks: int) -> str:
+def resolve_dist_backend(
+    name: str, device: torch.device, tp_size: int, local_ranks: int, moe_parallel: str = "tp"
+) -> str:
     """`auto`: PyNCCL when each of the `local_ranks` processes on this machine has its own GPU, else
-    gloo (CPU, or ranks sharing a GPU: NCCL refuses two ranks on one device)."""
+    gloo (CPU, or ranks sharing a GPU: NCCL refuses two ranks on one device). Expert parallelism
+    needs an all-to-all, which our PyNCCL lacks: with it, `auto` takes torch's NCCL instead."""
     backends = ("auto", "gloo", "nccl", "pynccl")
     if name not in backends:
         raise ValueError(f"unknown dist backend {name!r}; available: {', '.join(backends)}")
     own_gpu = device.type == "cuda" and torch.cuda.device_count() >= local_ranks
     if name == "auto":
-        return "pynccl" if own_gpu and tp_size > 1 else "gloo"
+        if own_gpu and tp_size > 1:
+            return "nccl" if moe_parallel == "ep" else "pynccl"
+        return "gloo"
+    if name == "pynccl" and moe_parallel == "ep" and tp_size > 1:
+        raise ValueError("--moe-parallel ep needs an all-to-all, which pynccl lacks; use --dist-backend nccl or auto")
     if name in ("nccl", "pynccl") and not own_gpu:
         where = "a CPU" if device.type != "cuda" else f"{torch.cuda.device_count()} GPU(s) for {local_ranks} ranks"
         raise ValueError(f"dist backend {name!r} needs one GPU per rank, got {where}; use --dist-backend gloo")

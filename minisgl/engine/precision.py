@@ -101,18 +101,21 @@ def _resolve(config: EngineConfig, device: str, quantization: str) -> EngineConf
     if config.nnodes > 1 and quantization != "gguf":  # a probe on each machine could choose differently
         dtype = "float32" if config.dtype == "auto" else config.dtype
         return dataclasses.replace(config, dtype=dtype, quantization="none", max_quantized_rows=None)
+    model = ModelConfig.from_dir(config.model_path)
     has_gguf = config.load_format != "dummy" and find_model_gguf(Path(config.model_path)) is not None
     if quantization == "gguf" and not has_gguf:
         raise ValueError(f"--quantization gguf reads a *.gguf file next to the checkpoint, and "
                          f"'{config.model_path}' has none; use --quantization none")
+    if quantization == "gguf" and model.num_experts:
+        raise ValueError("--quantization gguf reads dense Llama-style GGUF layers, not a mixture of experts; "
+                         "use --quantization none")
     rows_known = config.max_quantized_rows is not None or config.deterministic  # deterministic: every batch
     if quantization == "gguf" and config.dtype != "auto" and rows_known:
         return config  # nothing left to measure
-    model = ModelConfig.from_dir(config.model_path)
     threads = config.rank_cpu_threads  # what each rank will run with
     choice = choose_precision(cached_probe(model, config.tp_info.size, threads),
                               dtype=None if config.dtype == "auto" else config.dtype,
-                              allow_quantized=has_gguf and quantization != "none")
+                              allow_quantized=has_gguf and quantization != "none" and not model.num_experts)
     logger.info("dtype %s on this CPU: %s (%s)", config.dtype, describe(choice), choice.why)
     if quantization == "gguf" and choice.quantization != "gguf":  # asked for: use it where it is fastest
         choice = dataclasses.replace(choice, quantization="gguf", max_quantized_rows=1)

@@ -22,6 +22,7 @@ from minisgl.layers.base import Weight
 from minisgl.layers.quantized import INT8_GROUP_SIZE, Int4Weight, PackedInt8Weight
 
 from .config import ModelConfig, ModelError
+from .expert_weights import ExpertStacker
 from .gguf_weights import block_quantized_names, iter_gguf_tensors, require_model_gguf
 
 Shardable = torch.Tensor | Int4Weight  # what the loader streams: dense tensors and 4-bit weights
@@ -127,9 +128,16 @@ def shard_and_merge(
     and the incomplete merge groups are alive.
     """
     merge_buffer: dict[str, dict[int, Shardable]] = {}
+    experts = ExpertStacker(config, rank, tp_size, dtype)  # mixture-of-experts layers (chapter 14)
     for name, full in tensors:
         if "rotary_emb" in name or (config.tie_word_embeddings and name.startswith("lm_head.")):
             continue  # recomputed at start-up / shared with the embedding
+        if experts.owns(name):
+            stacked = experts.add(name, full)
+            del full
+            if stacked is not None:
+                yield stacked
+            continue
         local = shard_tensor(name, full, rank, tp_size, config)
         del full  # from here on only the shard is alive
         if dtype is not None and isinstance(local, torch.Tensor):  # 4-bit weights keep their codes
@@ -146,6 +154,7 @@ def shard_and_merge(
             yield fused, _cat_rows([parts[i] for i in range(len(parts))])  # slot order, not arrival
     if merge_buffer:
         raise ModelError(f"checkpoint is missing parts of {sorted(merge_buffer)[:3]}")
+    experts.check_complete()
 
 
 def _cat_rows(parts: list[Shardable]) -> Shardable:
@@ -245,9 +254,15 @@ def checkpoint_shapes(config: ModelConfig) -> Iterator[tuple[str, tuple[int, ...
             yield f"{attn}q_norm.weight", (head_dim,)
             yield f"{attn}k_norm.weight", (head_dim,)
         yield f"model.layers.{i}.post_attention_layernorm.weight", (hidden,)
-        yield f"{mlp}gate_proj.weight", (inter, hidden)
-        yield f"{mlp}up_proj.weight", (inter, hidden)
-        yield f"{mlp}down_proj.weight", (hidden, inter)
+        if config.is_moe_layer(i):  # the router, then every expert's MLP (chapter 14)
+            yield f"{mlp}gate.weight", (config.num_experts, hidden)
+            experts = [(f"{mlp}experts.{e}.", config.moe_intermediate_size) for e in range(config.num_experts)]
+        else:
+            experts = [(mlp, inter)]
+        for prefix, width in experts:
+            yield f"{prefix}gate_proj.weight", (width, hidden)
+            yield f"{prefix}up_proj.weight", (width, hidden)
+            yield f"{prefix}down_proj.weight", (hidden, width)
     yield "model.norm.weight", (hidden,)
     if not config.tie_word_embeddings:
         yield "lm_head.weight", (config.vocab_size, hidden)

@@ -23,10 +23,11 @@ from minisgl.engine.config import EngineConfig
 from minisgl.engine.engine import resolve_dist_backend
 from minisgl.engine.precision import resolve_precision
 from minisgl.kvcache import CACHES
-from minisgl.models.config import ModelConfig
+from minisgl.models.config import MOE_PARALLEL, ModelConfig
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.data_parallel import DP_POLICIES
 from minisgl.scheduler.process import check_ranks_fit_machine
+from minisgl.trace import check_trace_dir
 
 DEFAULT_PORT = 8000
 API_KEY_ENV = "MINISGL_API_KEY"
@@ -74,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the model name clients pass (default: the model directory's name)")
     model.add_argument("--load-format", default=defaults.load_format, choices=["safetensors", "dummy"],
                        help="dummy = random weights from config.json alone (benchmarks; the tokenizer is still read)")
+    model.add_argument("--moe-parallel", default=defaults.moe_parallel, choices=list(MOE_PARALLEL),
+                       help="a mixture-of-experts model's experts: tp = split each expert across the ranks (one "
+                            "all-reduce), ep = whole experts per rank, tokens sent to them by all-to-all "
+                            "(default: %(default)s)")
     model.add_argument("--dtype", default=defaults.dtype, choices=["auto", "float32", "bfloat16", "float16"],
                        help="weights and KV dtype; auto = bfloat16 on CUDA, on a CPU what a start-up probe "
                             "(cached per CPU) measures fastest")
@@ -116,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     parallel.add_argument("--comm-stats-dir", metavar="DIR",
                           help="count bytes and time of every collective, per forward and per layer; each rank "
                                "writes comm-tp<rank>.json into DIR when it stops (decode runs without CUDA graphs)")
+    parallel.add_argument("--trace", metavar="DIR",
+                          help="record a timeline of every process (messages, batches, collectives, text, HTTP); "
+                               "at exit DIR/trace.json holds them all, for https://ui.perfetto.dev")
     parallel.add_argument("--num-tokenizers", type=int, default=1, metavar="N",
                           help="tokenizer worker processes (default: 1)")
 
@@ -185,8 +193,10 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         cuda_graph_max_bs=ns.cuda_graph_max_bs,
         overlap_schedule=False if ns.disable_overlap_schedule else None,
         comm_stats_dir=ns.comm_stats_dir,
+        trace_dir=ns.trace,
         **({"dist_init_addr": f"tcp://{ns.dist_init_addr}"} if ns.dist_init_addr else {}),
         load_format=ns.load_format,
+        moe_parallel=ns.moe_parallel,
         seed=ns.seed,
         max_running_requests=ns.max_running_requests,
         max_prefill_tokens=ns.max_prefill_tokens,
@@ -229,16 +239,22 @@ def check_args(args: ServerArgs) -> ServerArgs:
     if not 0 <= args.port <= 65535:
         raise ArgsError(f"--port must be in 0..65535, got {args.port}")
     _check_nodes(args)
+    if config.trace_dir is not None:
+        try:
+            check_trace_dir(config.trace_dir)
+        except ValueError as error:
+            raise ArgsError(f"--trace: {error}") from None
     if config.device == "cuda" and not torch.cuda.is_available():
         raise ArgsError("--device cuda, but torch sees no CUDA GPU; use --device cpu")
     try:  # the engine's own rules, run here so a bad choice fails before any process starts
         resolve_dist_backend(config.dist_backend, torch.device(config.device), config.tp_info.size,
-                             config.local_world_size)
+                             config.local_world_size, config.moe_parallel)
         resolve_attention_backend(config.attention_backend, torch.device(config.device))
     except ValueError as error:
         raise ArgsError(str(error)) from None
 
     model_config = ModelConfig.from_dir(config.model_path)  # a missing or foreign dir fails here
+    model_config = model_config.with_moe_parallel(config.moe_parallel)  # "ep" on a dense model fails here
     model_config.check_tp_size(config.tp_info.size)  # "tp_size=2 does not divide ...; valid tp sizes: 1, 3"
     check_ranks_fit_machine(config.tp_info.size, config.device, config.dp_size, config.nnodes)
     try:  # dtype / quantization "auto" measured once here, so every rank gets the same answer
