@@ -4,7 +4,7 @@ capstone (chapter 15) replace their TP steps."""
 
 from .activation import silu_and_mul
 from .attention import AttentionLayer
-from .base import BaseOP, OPList
+from .base import BaseOP, MissingLayer, OPList
 from .embedding import ParallelLMHead, VocabParallelEmbedding, vocab_shard_size
 from .linear import (
     ColumnParallelLinear,
@@ -25,6 +25,7 @@ __all__ = [
     "BaseOP",
     "ColumnParallelLinear",
     "MergedColumnParallelLinear",
+    "MissingLayer",
     "OPList",
     "ParallelLMHead",
     "QKVParallelLinear",

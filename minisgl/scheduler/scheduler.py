@@ -108,6 +108,9 @@ class Scheduler:
                     self.io.send(self._complete(self._advance(batch), tokens))
         self._complete_pending()
         self.pending = launched
+        self._send_stats_now_and_then()
+
+    def _send_stats_now_and_then(self) -> None:
         if time.monotonic() - self._stats_sent_at >= STATS_INTERVAL_S:
             self.io.send_stats(self.stats())
             self._stats_sent_at = time.monotonic()
@@ -208,8 +211,8 @@ class Scheduler:
             self._complete_pending()  # retract only requests whose every token is known
             reqs = self._decodable()
         retracted: list[Req] = []
-        while self.kv.missing_pages(reqs) > self.cache.available:
-            victim = next(reversed(self.running.values()))  # the most recently admitted
+        while reqs and self.kv.missing_pages(reqs) > self.cache.available:
+            victim = next(r for r in reversed(self.running.values()) if r in reqs)  # the most recently admitted
             self._retract(victim)
             retracted.append(victim)
             reqs = [r for r in reqs if r is not victim]
