@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-Site = int | str  # a decoder layer's index, or "embed_tokens" / "lm_head"
+Site = int | str  # a decoder layer's index, or "embed_tokens" / "lm_head" / "from_prev_stage" / "to_next_stage"
 
 
 @dataclass

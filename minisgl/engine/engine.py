@@ -24,6 +24,7 @@ from minisgl.core import Batch, Req, forward_context
 from minisgl.distributed import (
     COMM_COUNTER,
     StageLinks,
+    comm_site,
     destroy_distributed,
     enable_pipeline,
     enable_pynccl,
@@ -281,10 +282,12 @@ class Engine:
         with forward_context(batch, self.attn_backend), counted:
             carried = None
             if not self.stage.is_first:
+                comm_site("from_prev_stage")
                 shape = (2, batch.num_tokens, self.model_config.hidden_size)  # hidden states and residual
                 carried = recv_from_prev_stage(shape, self.dtype, self.device).unbind(0)
             out = self.model.forward(batch, carried)
             if not self.stage.is_last:
+                comm_site("to_next_stage")
                 send_to_next_stage(torch.stack(out))  # [2, tokens, hidden]
                 return None
         return sample(out, batch.reqs, batch.emits)
@@ -319,7 +322,8 @@ class Engine:
 
     def _write_comm_stats(self) -> None:
         """What the communication counter saw on this rank, as `comm-tp{rank}.json` in `comm_stats_dir`
-        (`comm-dp{replica}-tp{rank}.json` with data parallelism)."""
+        (`comm-dp{replica}-tp{rank}.json` with data parallelism, `comm-pp{stage}-tp{rank}.json` with
+        pipeline stages)."""
         config, tp, pp = self.config, self.config.tp_info, self.config.pp_info
         folder = Path(config.comm_stats_dir)
         folder.mkdir(parents=True, exist_ok=True)

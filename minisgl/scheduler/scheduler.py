@@ -218,7 +218,7 @@ class Scheduler:
             reqs = [r for r in reqs if r is not victim]
         if retracted:
             self.kv.retracted()
-            if self.config.tp_info.is_primary:
+            if self.config.world_rank == 0:  # one line, not one per rank (or pipeline stage)
                 logger.warning(
                     "KV cache full: retracted request(s) %s (%d tokens) to the waiting queue, to be computed again; "
                     "%d running", ", ".join(str(r.uid) for r in retracted), sum(r.total_len for r in retracted),
