@@ -26,7 +26,8 @@ class EngineConfig:
     num_pages: int | None = None  # KV pages; None sizes the pool from kv_memory_gb / free memory
     kv_memory_gb: float | None = None
     attention_backend: str = "auto"  # auto: "triton" on CUDA, "torch" on CPU; or "flashinfer" (optional)
-    dist_backend: str = "auto"  # auto: "pynccl" with one GPU per rank, else "gloo"; or "nccl"
+    dist_backend: str = "auto"  # auto: "pynccl" with one GPU per rank, else "gloo"; or "nccl", or "symm"
+    # (PyNCCL with the symmetric-memory one-shot all-reduce for small messages, chapter 13)
     dist_init_addr: str = ""  # the store: the launcher fills a fresh file (one machine) or node 0's tcp:// address
     nnodes: int = 1  # machines the tp ranks span: rank r runs on node r // (tp_size / nnodes) (chapter 12)
     dp_size: int = 1  # data-parallel replicas on this machine, each its own tp group (chapter 12)

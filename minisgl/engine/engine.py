@@ -35,6 +35,7 @@ from minisgl.distributed import (
     set_tp_info,
     wait_for_sends,
 )
+from minisgl.distributed.symm_mem import enable_symm_mem, keep_multicast_off, symm_mem_unavailable
 from minisgl.distributed.rendezvous import rendezvous
 from minisgl.kvcache import KVCachePool
 from minisgl.layers import local_kv_heads, use_tp_ops
@@ -118,6 +119,8 @@ class Engine:
             return None
         timeout = timedelta(seconds=self.config.dist_timeout_s)
         backend = self.dist_backend
+        if self.device.type == "cuda":
+            keep_multicast_off()  # before the first NCCL or symmetric-memory communicator
         store = rendezvous(self.config.dist_init_addr, self.config.world_rank, self.config.world_size, timeout)
         if self.stage.size > 1:
             return self._init_stage_groups(store, timeout)
@@ -131,8 +134,10 @@ class Engine:
         # gloo: CPU tensors, and CUDA tensors when ranks share a GPU (staged through host memory)
         dist.init_process_group("gloo", store=store, rank=tp.rank, world_size=tp.size, timeout=timeout)
         enable_torch_distributed(dist.group.WORLD)
-        if backend == "pynccl":  # gloo stays below as the CPU group; PyNCCL wins (last plugin)
+        if backend in ("pynccl", "symm"):  # gloo stays below as the CPU group; PyNCCL wins (last plugin)
             enable_pynccl(dist.group.WORLD, self.device)
+        if backend == "symm":
+            self._enable_symm_mem(dist.group.WORLD)
         self.world_group = dist.group.WORLD
         return dist.group.WORLD
 
@@ -155,8 +160,10 @@ class Engine:
             enable_torch_distributed([dist.new_group(r, backend="nccl", timeout=timeout) for r in stages][pp.rank])
         else:
             enable_torch_distributed(cpu_group)
-            if self.dist_backend == "pynccl":
+            if self.dist_backend in ("pynccl", "symm"):
                 enable_pynccl(cpu_group, self.device)
+            if self.dist_backend == "symm":
+                self._enable_symm_mem(cpu_group)
         cuda = self.device.type == "cuda"
         tensor_group = dist.new_group(backend="nccl", timeout=timeout) if cuda else dist.group.WORLD
         last_stage = (pp.size - 1) * tp.size
@@ -167,6 +174,15 @@ class Engine:
             tensor_group=tensor_group, control_group=dist.group.WORLD,
         ))
         return cpu_group
+
+    def _enable_symm_mem(self, group: dist.ProcessGroup) -> None:
+        """The symmetric-memory all-reduce on top of PyNCCL (chapter 13), or PyNCCL alone, with a
+        warning that says why, where it cannot run."""
+        reason = symm_mem_unavailable(self.device)
+        if reason is not None:
+            logger.warning("--dist-backend symm: %s; all-reduces stay on PyNCCL", reason)
+            return
+        enable_symm_mem(group, self.device)
 
     def _load_weights(self) -> None:
         tp = self.config.tp_info
@@ -354,13 +370,13 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 def resolve_dist_backend(name: str, device: torch.device, tp_size: int, local_ranks: int) -> str:
     """`auto`: PyNCCL when each of the `local_ranks` processes on this machine has its own GPU, else
     gloo (CPU, or ranks sharing a GPU: NCCL refuses two ranks on one device)."""
-    backends = ("auto", "gloo", "nccl", "pynccl")
+    backends = ("auto", "gloo", "nccl", "pynccl", "symm")
     if name not in backends:
         raise ValueError(f"unknown dist backend {name!r}; available: {', '.join(backends)}")
     own_gpu = device.type == "cuda" and torch.cuda.device_count() >= local_ranks
     if name == "auto":
         return "pynccl" if own_gpu and tp_size > 1 else "gloo"
-    if name in ("nccl", "pynccl") and not own_gpu:
+    if name in ("nccl", "pynccl", "symm") and not own_gpu:
         where = "a CPU" if device.type != "cuda" else f"{torch.cuda.device_count()} GPU(s) for {local_ranks} ranks"
         raise ValueError(f"dist backend {name!r} needs one GPU per rank, got {where}; use --dist-backend gloo")
     return name

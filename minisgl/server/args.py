@@ -96,8 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
                                "the next two ports (rank 0's broadcast, the links between nodes)")
     parallel.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                           help="auto = cuda when torch sees a GPU, else cpu")
-    parallel.add_argument("--dist-backend", default=defaults.dist_backend, choices=["auto", "gloo", "nccl", "pynccl"],
-                          help="tensor collectives; auto = pynccl with one GPU per rank, else gloo")
+    parallel.add_argument("--dist-backend", default=defaults.dist_backend,
+                          choices=["auto", "gloo", "nccl", "pynccl", "symm"],
+                          help="tensor collectives; auto = pynccl with one GPU per rank, else gloo; symm = pynccl "
+                               "with PyTorch's symmetric-memory one-shot all-reduce for messages up to 1 MiB")
     parallel.add_argument("--attention-backend", "--attn", dest="attention_backend",
                           default=defaults.attention_backend, choices=list(BACKENDS),
                           help="auto = triton on CUDA (when installed), torch elsewhere; flashinfer = "
