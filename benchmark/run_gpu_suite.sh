@@ -2,8 +2,8 @@
 # Everything GPU-side in one call (the device lease is short): the GPU tests, then both GPU
 # benchmarks. Logs go to $OUT (default /tmp/minisgl-gpu); each part has its own time limit so a
 # hang in one still leaves the others' results.
-#   bash benchmark/run_gpu_suite.sh [tests|grader|flashinfer|gemv|profile|decode|offline|parallel ...]
-#   (default: tests decode offline)
+#   bash benchmark/run_gpu_suite.sh [tests|grader|flashinfer|gemv|profile|decode|offline|parallel|pipeline ...]
+#   (default: tests decode offline; every measurement of issue 18, chapters 12 and 13: parallel pipeline)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/minisgl-gpu}
@@ -58,6 +58,17 @@ for part in $parts; do
                 timeout -k 10 "${PARALLEL_TIMEOUT:-300}" python3 benchmark/parallel_scaling.py $experiment \
                     --device cuda --dtype bfloat16 --shape llama-3.1-8b --out "$OUT/measurements.csv"
             done 2>&1 | tee "$OUT/parallel_scaling.log" ;;
-        *) echo "unknown part $part (tests, grader, flashinfer, gemv, profile, decode, offline, parallel)"; exit 2 ;;
+        pipeline)  # chapter 13's measurements on 2 GPUs: PP 2 vs TP 2 (both without CUDA graphs, as stages
+                   # run), decode step time with PyNCCL vs the symmetric-memory all-reduce (graphs on), and the
+                   # counter's share of collectives with symm (chapter 12's comm rows are the PyNCCL ones)
+            cp chapters/13-pipeline-parallelism/data/measurements.csv "$OUT/measurements-ch13.csv"
+            for experiment in "pipeline --layouts 2x1 1x2 --eager --requests 128 --prompt-len 512 --new-tokens 128" \
+                              "tpot --tp 2 --backends pynccl symm --batch-sizes 1 16 64 --prompt-len 256 --new-tokens 64" \
+                              "comm --tp 2 --backends symm --batch-sizes 1 16 64 --prompt-len 256 --new-tokens 64"; do
+                timeout -k 10 "${PIPELINE_TIMEOUT:-180}" python3 benchmark/parallel_scaling.py $experiment \
+                    --device cuda --dtype bfloat16 --shape llama-3.1-8b --out "$OUT/measurements-ch13.csv"
+            done 2>&1 | tee "$OUT/pipeline_scaling.log" ;;
+        *) echo "unknown part $part (tests, grader, flashinfer, gemv, profile, decode, offline, parallel, pipeline)"
+           exit 2 ;;
     esac
 done

@@ -16,7 +16,8 @@ CHAPTERS: dict[str, str] = {
     "10": "10-gpu-path",
     "11": "11-kv-memory",
     "12": "12-beyond-one-machine",
-    "15": "15-capstone",  # 13 and 14 are kept for chapters to come (pipeline, MoE)
+    "13": "13-pipeline-parallelism",
+    "15": "15-capstone",  # 14 is kept for a chapter to come (MoE)
 }
 
 
@@ -51,6 +52,8 @@ TASK_POINTS: dict[str, float] = {
     "11-kv-memory/evict": 10,
     "12-beyond-one-machine/node-layout": 5,
     "12-beyond-one-machine/dp-dispatch": 10,
+    "13-pipeline-parallelism/stage-split": 5,
+    "13-pipeline-parallelism/stage-weights": 10,
     "15-capstone/serve": 20,
 }
 
