@@ -133,29 +133,29 @@ class Bench:
                         self.row("tpot", tp, 1, batch_size, "ttft_ms", 1e3 * ttft, backend=backend)
 
     def pipeline(self) -> None:
-        a = self.args
-        batch = prompts(a.requests, a.prompt_len, self.vocab)
-        params = SamplingParams(temperature=0, max_tokens=a.new_tokens, ignore_eos=True)
-        for layout in a.layouts:
+        for layout in self.args.layouts:
             tp, pp = (int(n) for n in layout.split("x"))
             with self.llm(tp, pp=pp) as llm:
                 ttft, tpot = self._step_times(llm, 1)
-                llm.generate(batch, params)  # warm-up of the full load
-                seconds = _timed(llm, batch, params)
+                tok_per_s = self._full_load(llm)
             self.row("pipeline", tp, 1, 1, "ttft_ms", 1e3 * ttft, pp=pp)
             self.row("pipeline", tp, 1, 1, "tpot_ms", 1e3 * tpot, pp=pp)
-            self.row("pipeline", tp, 1, a.requests, "output_tok_per_s", a.requests * a.new_tokens / seconds, pp=pp)
+            self.row("pipeline", tp, 1, self.args.requests, "output_tok_per_s", tok_per_s, pp=pp)
 
     def throughput(self) -> None:
+        for layout in self.args.layouts:
+            tp, dp = (int(n) for n in layout.split("x"))
+            with self.llm(tp, dp) as llm:
+                tok_per_s = self._full_load(llm)
+            self.row("throughput", tp, dp, self.args.requests, "output_tok_per_s", tok_per_s)
+
+    def _full_load(self, llm: LLM) -> float:
+        """Output tokens per second of `--requests` prompts submitted at once, after a warm-up of the same."""
         a = self.args
         batch = prompts(a.requests, a.prompt_len, self.vocab)
         params = SamplingParams(temperature=0, max_tokens=a.new_tokens, ignore_eos=True)
-        for layout in a.layouts:
-            tp, dp = (int(n) for n in layout.split("x"))
-            with self.llm(tp, dp) as llm:
-                llm.generate(batch, params)  # warm-up
-                seconds = _timed(llm, batch, params)
-            self.row("throughput", tp, dp, a.requests, "output_tok_per_s", a.requests * a.new_tokens / seconds)
+        llm.generate(batch, params)  # warm-up
+        return a.requests * a.new_tokens / _timed(llm, batch, params)
 
     def comm(self) -> None:
         a = self.args

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 from transformers import LlamaConfig
 
@@ -17,9 +18,11 @@ from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.process import shut_down_ranks
 from minisgl.server.args import ArgsError, check_args, parse_args
 from minisgl.testing.engine_runs import InProcessRun
+from minisgl.testing.server import RunningServer
 from minisgl.testing.tiny_models import build_random_model
 
 from test_kv_memory import TINY_POOL, _chat, _turns
+from test_server_lifecycle import assert_all_gone, descendants
 
 PROMPTS = [[5, 17, 99, 3], list(range(40, 71)), [7, 8, 9, 10, 11, 12], [300, 301, 302]]
 GREEDY = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
@@ -132,6 +135,29 @@ def test_an_uneven_split_of_a_tied_model_over_three_stages(tmp_path) -> None:
         expected = [o.token_ids for o in llm.generate(PROMPTS, GREEDY)]
     with LLM(model_dir, pp_size=3, dtype="float32", num_pages=256, progress=False) as llm:
         assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY)] == expected
+
+
+@pytest.mark.timeout(400)
+def test_the_server_with_two_stages_answers_and_stops_cleanly(tiny_model_dir) -> None:
+    """Only stage 0's rank 0 talks to the frontend; a shutdown reaches stage 1 with a step's messages."""
+    model_dir = tiny_model_dir("llama")
+    with LLM(model_dir, dtype="float32", num_pages=256, progress=False) as llm:
+        expected = [o.token_ids for o in llm.generate(PROMPTS[:2], GREEDY)]
+    server = RunningServer(["--model", str(model_dir), "--device", "cpu", "--dtype", "float32", "--num-pages", "256",
+                            "--pp-size", "2"])
+    try:
+        children = descendants(server.process.pid)
+        names = [line.split("started ")[1].split(" (pid")[0]
+                 for line in server.log().splitlines() if "started " in line]
+        assert {"minisgl-PP0-TP0-scheduler", "minisgl-PP1-TP0-scheduler"} <= set(names)
+        for prompt, tokens in zip(PROMPTS, expected):
+            body = {"input_ids": prompt,
+                    "sampling_params": {"temperature": 0, "max_new_tokens": 10, "ignore_eos": True}}
+            assert httpx.post(f"{server.base_url}/generate", json=body, timeout=60).json()["output_ids"] == tokens
+        assert server.stop() == 0
+        assert_all_gone(children)
+    finally:
+        server.stop()
 
 
 def test_bad_pipeline_sizes_fail_before_any_process(tiny_model_dir) -> None:
