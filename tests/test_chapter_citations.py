@@ -34,7 +34,7 @@ CHAPTERS = sorted(ROOT.glob("chapters/[0-9][0-9]-*/README.md"))
 FOREIGN = {
     "start_subprocess", "_recv_msg_multi_rank0", "_recv_msg_multi_rank1", "parse_args",  # mini-SGLang
     "TokenizerManager", "DetokenizerManager", "DataParallelController", "TpModelWorker",  # SGLang
-    "SchedulerOutput",  # vLLM
+    "SchedulerOutput", "IntermediateTensors", "PPMissingLayer",  # vLLM
     "ncclGetUniqueId", "ncclCommInitRank", "ncclAllReduce", "ncclAllGather", "ncclCommDestroy",  # NCCL's C API
     "plan",  # FlashInfer's wrappers
     "TorchDispatchMode",  # torch.utils._python_dispatch

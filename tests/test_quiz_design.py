@@ -81,6 +81,8 @@ COMPUTED = {  # numeric keys that follow from the seeds' configs, so a key canno
     ("09", "Q9"): 8 * MIB // _AR_BYTES, ("10", "Q2"): 500e6 * 2 / 4e12 * 1e6,
     ("10", "Q3"): 64 * 1000 * _SMOL_KV_TOKEN / MIB,
     ("11", "Q1"): 2 * _SMOL_KV_TOKEN / KIB, ("11", "Q2"): (1 << 30) // (8192 * 2 * _SMOL_KV_TOKEN),
+    ("13", "Q1"): -(-L8B["num_hidden_layers"] // 3), ("13", "Q2"): 2 * (SMOL["num_hidden_layers"] // 4 + 1),
+    ("13", "Q4"): 2 * L8B["hidden_size"] * 2 / KIB, ("13", "Q11"): 2 * L8B["num_hidden_layers"] // 2 + 1,
 }
 
 
