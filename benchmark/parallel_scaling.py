@@ -1,4 +1,4 @@
-"""Tensor against data parallelism, measured (chapter 12; seed 004's questions C3-7): single-request
+"""Tensor against data parallelism, measured (chapter 12's four open questions): single-request
 TPOT and full-load throughput by tp size, DP = N against TP = N on the same workload, and the share
 of a decode step spent in collectives. Random weights (`--load-format dummy`: the same model at
 every tp size) on a config-only shape, token-id prompts, every request `ignore_eos`.
