@@ -13,8 +13,8 @@ English and in Chinese.
   plugin's `nav_translations` then translate the titles).
 - `on_page_markdown` fixes the links that are relative to the repository rather than to the site:
   `../../docs/x.md` in a lesson, `../docs/x.md` in the exercises guide, `docs/x.md` in the README.
-- `on_post_page` points a notebook's "lesson page" links (README.md and README.zh.md next to it) at
-  the lesson's URLs, and a Chinese page's notebook links at the English notebook pages.
+- `on_post_page` points a notebook's "lesson page" links (README.md and README.zh.md next to it) and
+  the README's link to its Chinese version at their pages.
 """
 
 from __future__ import annotations
@@ -130,12 +130,15 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         return markdown.replace("](../../docs/", "](../../")
     if src.startswith("exercises/"):
         return markdown.replace("](../docs/", "](../")
-    if src in (README_PAGE, "readme.zh.md"):
+    if src in (README_PAGE, "readme.zh.md"):  # the README's two languages are readme(.zh).md on the site
+        markdown = markdown.replace("](README.md)", "](readme.md)").replace("](README.zh.md)", "](readme.zh.md)")
         return markdown.replace("](docs/", "](")
     return markdown
 
 
 def on_post_page(output: str, page, config) -> str:
+    if page.file.src_uri == README_PAGE and _language(config) != ZH:  # the English build has no readme.zh.md
+        return output.replace('href="readme.zh.md"', f'href="../{ZH}/readme/"')
     if page.file.src_uri.endswith(".ipynb"):
         chapter = Path(page.file.src_uri).parent.as_posix()
         output = output.replace('href="README.zh.md"', f'href="../../../{ZH}/{chapter}/"')
