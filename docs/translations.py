@@ -36,7 +36,6 @@ HASH_LINE = re.compile(r"\A<!-- en-sha256: ([0-9a-f]{64}) -->\n")
 PARTS = {"README.md": ("", "Two commands", "The course")}
 # Course pages whose Chinese page is still to be written (paths relative to the repository).
 PENDING = {
-    "chapters/01-tp-first-principles/README.md",
     "chapters/02-launch/README.md", "chapters/03-communication-init/README.md",
     "chapters/04-weight-sharding/README.md", "chapters/05-vocab-parallelism/README.md",
     "chapters/06-rank0-broadcast/README.md", "chapters/07-tp-decoder-layer/README.md",
