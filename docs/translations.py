@@ -37,7 +37,7 @@ PARTS = {"README.md": ("", "Two commands", "The course")}
 # Course pages whose Chinese page is still to be written (paths relative to the repository).
 PENDING = {
     "chapters/10-gpu-path/README.md", "chapters/11-kv-memory/README.md",
-    "chapters/12-beyond-one-machine/README.md", "chapters/15-capstone/README.md",
+    "chapters/12-beyond-one-machine/README.md",
 }
 
 FENCE = re.compile(r"^(`{3,}|~{3,})[^\n]*\n.*?^\1[ \t]*$", re.MULTILINE | re.DOTALL)
