@@ -36,7 +36,7 @@ HASH_LINE = re.compile(r"\A<!-- en-sha256: ([0-9a-f]{64}) -->\n")
 PARTS = {"README.md": ("", "Two commands", "The course")}
 # Course pages whose Chinese page is still to be written (paths relative to the repository).
 PENDING = {
-    "chapters/10-gpu-path/README.md", "chapters/12-beyond-one-machine/README.md",
+    "chapters/10-gpu-path/README.md",
 }
 
 FENCE = re.compile(r"^(`{3,}|~{3,})[^\n]*\n.*?^\1[ \t]*$", re.MULTILINE | re.DOTALL)
