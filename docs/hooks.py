@@ -63,15 +63,12 @@ def on_config(config):
 
 
 def _without_notebooks(nav: list) -> list:
-    """A chapter's {Lesson, Notebook} group becomes its lesson page; API pages are left out too."""
+    """The navigation without its notebook entries and API pages (the Chinese build renders neither)."""
     kept = []
     for item in nav:
         (title, value), = item.items() if isinstance(item, dict) else ((None, item),)
         if isinstance(value, list):
-            lessons = [v for entry in value if isinstance(entry, dict) for k, v in entry.items() if k == "Lesson"]
-            if lessons:
-                kept.append({title: lessons[0]})
-            elif title != "API reference":
+            if title != "API reference":
                 kept.append({title: _without_notebooks(value)})
         elif not str(value).endswith(".ipynb") and not str(value).startswith("api/"):
             kept.append(item)
