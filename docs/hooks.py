@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README_PAGE = "readme.md"  # the project README, as a page next to index.md
 ZH = "zh"
 _ENGLISH_NAV: list | None = None  # the navigation of mkdocs.yml, kept before the Chinese build edits it
+_JUPYTER_CACHE: bool | None = None  # mkdocs-jupyter's cache setting, restored for the English build
 
 
 def _course_files() -> dict[str, Path]:
@@ -54,11 +55,18 @@ def _language(config) -> str:
 
 
 def on_config(config):
-    """The Chinese build keeps the English navigation minus the notebook entries."""
-    global _ENGLISH_NAV
+    """The Chinese build keeps the English navigation minus the notebook entries, and leaves
+    mkdocs-jupyter's cache alone (it renders no notebook, so it would evict every cached one)."""
+    global _ENGLISH_NAV, _JUPYTER_CACHE
+    chinese = _language(config) == ZH
     if _ENGLISH_NAV is None:
         _ENGLISH_NAV = copy.deepcopy(config.nav)
-    config.nav = _without_notebooks(_ENGLISH_NAV) if _language(config) == ZH else copy.deepcopy(_ENGLISH_NAV)
+    config.nav = _without_notebooks(_ENGLISH_NAV) if chinese else copy.deepcopy(_ENGLISH_NAV)
+    jupyter = config.plugins.get("mkdocs-jupyter")
+    if jupyter is not None:
+        if _JUPYTER_CACHE is None:
+            _JUPYTER_CACHE = jupyter.config["cache"]
+        jupyter.config["cache"] = _JUPYTER_CACHE and not chinese
     return config
 
 
