@@ -6,6 +6,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TP ?= 1
+# a stamp: the chapter notebooks ran and their executed copies are in build/notebooks/
+EXECUTED := build/notebooks/.executed
 
 .PHONY: install run shell test grade docs serve-docs check-env bench clean
 
@@ -27,12 +29,13 @@ shell: install
 	$(PY) -m minisgl --tp-size $(TP) --shell
 
 # Everything CI checks: engine tests (GPU ones skip with a reason on CPU) and every chapter notebook
-# executed, on TEST_WORKERS pytest-xdist workers (a test file stays on one worker, so a module's
-# server starts once); then the grader on the reference solutions (one process: it writes one
-# results file); then the site built strictly.
+# executed once (chapters/conftest.py: the run that checks a notebook also writes the executed copy
+# the site shows), on TEST_WORKERS pytest-xdist workers (a test file or a notebook stays on one
+# worker, so a module's server starts once); then the grader on the reference solutions (one
+# process: it writes one results file); then the site built strictly.
 TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest tests chapters --nbmake --nbmake-timeout=300 -n $(TEST_WORKERS) --dist loadfile -q -p no:cacheprovider
+	$(PY) -m pytest tests chapters -n $(TEST_WORKERS) --dist loadfile -q -p no:cacheprovider
 	$(PY) -m pytest exercises --impl solutions -q -p no:cacheprovider
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(CURDIR)/site
 
@@ -45,26 +48,33 @@ check-env: install
 bench: install
 	$(PY) benchmark/offline_throughput.py
 
-docs: install
+docs: $(EXECUTED)
 	$(VENV)/bin/mkdocs build --strict
 
-serve-docs: install
+serve-docs: $(EXECUTED)
 	$(VENV)/bin/mkdocs serve
 
 # The course: notebooks are generated from the chapters' README.md and stored without outputs.
+# `pytest chapters` executes each one into build/notebooks/, the copies the site renders; the docs
+# targets run them again only when a chapter's notebook or helpers changed (CI's `make test` always does).
 .PHONY: notebooks test-notebooks figures
 notebooks: install
 	$(PY) chapters/build_notebooks.py
 
 test-notebooks: install
-	$(PY) -m pytest --nbmake chapters/ --nbmake-timeout=180 -p no:cacheprovider -q
+	$(PY) -m pytest chapters -n $(TEST_WORKERS) --dist loadfile -p no:cacheprovider -q
+	touch $(EXECUTED)
+
+$(EXECUTED): $(VENV)/.installed $(wildcard chapters/*.py chapters/[0-9][0-9]-*/*.ipynb chapters/[0-9][0-9]-*/*.py)
+	$(MAKE) test-notebooks
 
 # Re-draw the figures the lesson pages show (each notebook saves its own into chapters/NN-*/figures/).
 figures: install
-	MINISGL_WRITE_FIGURES=1 $(PY) -m pytest --nbmake chapters/ --nbmake-timeout=180 -p no:cacheprovider -q
+	MINISGL_WRITE_FIGURES=1 $(PY) -m pytest chapters -n $(TEST_WORKERS) --dist loadfile -p no:cacheprovider -q
+	touch $(EXECUTED)
 
 clean:
-	rm -rf $(VENV) site .pytest_cache
+	rm -rf $(VENV) site .pytest_cache build/notebooks
 
 # Running a class (docs/instructors.md): a student release without answers, and a Gradescope bundle.
 .PHONY: student-release autograder

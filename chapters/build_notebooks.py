@@ -4,7 +4,8 @@ A chapter's README.md is the single source. Its title and hardware note become t
 with a link to the chapter's Chinese page (README.zh.md) where it has one;
 its `## Run it` section becomes the rest: every ```python fence is a code cell, the prose between
 fences markdown cells. Code quoted elsewhere in the lesson is never executed. Notebooks are
-written unexecuted, with fixed cell ids, so regenerating an unchanged lesson changes no byte.
+written unexecuted, with fixed cell ids, so regenerating an unchanged lesson changes no byte;
+`pytest chapters` (chapters/conftest.py) executes them into build/notebooks/ for the site.
 
     python chapters/build_notebooks.py           # rewrite every chapters/NN-*/NN-*.ipynb
     python chapters/build_notebooks.py 04 05     # only chapters 04 and 05
@@ -22,7 +23,7 @@ import nbformat
 
 CHAPTERS_DIR = Path(__file__).resolve().parent
 RUN_HEADING = "## Run it"
-CELL_TIMEOUT_S = 180  # nbmake reads metadata.execution.timeout: no cell may hang CI
+CELL_TIMEOUT_S = 180  # chapters/conftest.py reads metadata.execution.timeout: no cell may hang CI
 FENCE = re.compile(r"^```python\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
 
 
@@ -51,8 +52,8 @@ def build_notebook(chapter: Path) -> nbformat.NotebookNode:
     chinese = " ([中文讲义](README.zh.md))" if (chapter / "README.zh.md").is_file() else ""
     cells = [
         nbformat.v4.new_markdown_cell(
-            head + f"\n\n*This notebook is generated from the chapter's [lesson page](README.md){chinese} by "
-            "`chapters/build_notebooks.py`; edit the lesson, then run `make notebooks`.*"
+            head + f"\n\n*This notebook is the runnable part of the chapter's [lesson page](README.md){chinese}, "
+            "which has the explanations, the summary and the exercises.*"
         )
     ]
     position = 0

@@ -115,3 +115,19 @@ class CollectiveRecorder:
                 return self.names.get(id(owner), type(owner).__name__)
             frame = frame.f_back
         return "?"
+
+
+def trace_events(trace: dict[str, Any], process: str | None = None, name: str | None = None,
+                 cat: str | None = None) -> list[dict[str, Any]]:
+    """The events of a merged trace (`minisgl.trace.load`) that match, in time order, each with its
+    track's name as `process` and its times in ms (`start`, `end`)."""
+    tracks = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
+    found = []
+    for e in trace["traceEvents"]:
+        if e["ph"] == "M" or (name and e["name"] != name) or (cat and e["cat"] != cat):
+            continue
+        if process and tracks[e["pid"]] != process:
+            continue
+        start = e["ts"] / 1000
+        found.append({**e, "process": tracks[e["pid"]], "start": start, "end": start + e.get("dur", 0.0) / 1000})
+    return sorted(found, key=lambda e: e["start"])

@@ -3,6 +3,12 @@ names, the names its code imports from minisgl, and the `name()`, `Class.method`
 code spans of its prose. A renamed function or a moved file fails here, naming the chapter and the
 citation, instead of leaving a lesson that points at nothing.
 
+Code a chapter quotes is the code it quotes from: a fence labelled with its file,
+```` ```py title="minisgl/layers/linear.py" ```` (the site shows the title above the block), must
+match that file line for line, whitespace normalised, where a line holding only `...` (maybe with a
+`# comment`) stands for any number of lines left out. Any other Python fence outside `## Run it` (the
+notebook's cells) must carry such a label; a sketch that is not copied from a file is a ```` ```text ````.
+
 Names are found by reading the source of minisgl and of the chapters' helpers (every def, class,
 class attribute, dataclass field and `self.x = ...`), so nothing is imported but the modules a
 chapter names. A span that names another
@@ -49,6 +55,10 @@ FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 # a call `name(...)`, a dotted `A.b` / `a.b()`, or a bare `ClassName`
 NAME = re.compile(r"^(?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?P<call>\(.*\))?$")
 CAMEL = re.compile(r"^_?[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+$|^[A-Z][a-z]+$")
+# a quoted excerpt: ```py title="path" ... ``` (or ```python); any Python fence, to find unlabelled ones
+EXCERPT = re.compile(r'^```py(?:thon)? title="(?P<path>[^"]+)"\n(?P<code>.*?)^```', re.MULTILINE | re.DOTALL)
+PYTHON_FENCE = re.compile(r"^```py(?:thon)?(?P<info>[^\n]*)\n", re.MULTILINE)
+ELISION = re.compile(r"^\.\.\.(\s*#.*)?$")
 
 
 class SourceIndex:
@@ -202,6 +212,45 @@ def _imports(lesson: str) -> list[tuple[str, str]]:
     return found
 
 
+def _normalised(lines: list[str]) -> list[str]:
+    """Each non-blank line with its runs of whitespace collapsed (indentation included)."""
+    return [" ".join(line.split()) for line in lines if line.strip()]
+
+
+def excerpt_problem(code: str, source: str) -> str | None:
+    """Why `code` is not a copy of `source` (None: it is). `...` lines skip any number of source lines;
+    the pieces between them must appear in the source in order, each as consecutive lines."""
+    wanted = [line for line in code.splitlines() if line.strip()]
+    pieces: list[list[str]] = [[]]
+    for line in wanted:
+        if ELISION.match(line.strip()):
+            pieces.append([])
+        else:
+            pieces[-1].append(line)
+    have = _normalised(source.splitlines())
+    start = 0
+    for piece in (_normalised(p) for p in pieces if p):
+        found = next((i for i in range(start, len(have) - len(piece) + 1) if have[i : i + len(piece)] == piece), None)
+        if found is None:
+            matched = max(_matching_prefix(piece, have[i:]) for i in range(start, len(have) + 1))
+            return f"this line is not in the file where the excerpt puts it: {piece[matched]!r}"
+        start = found + len(piece)
+    return None
+
+
+def _matching_prefix(piece: list[str], lines: list[str]) -> int:
+    count = 0
+    while count < min(len(piece), len(lines)) and piece[count] == lines[count]:
+        count += 1
+    return count
+
+
+def _outside_run_it(lesson: str) -> str:
+    """The lesson without its `## Run it` section, whose Python fences are notebook cells."""
+    head, found, rest = lesson.partition("\n## Run it\n")
+    return head + ("\n## " + rest.split("\n## ", 1)[1] if found and "\n## " in rest else "")
+
+
 @pytest.fixture(scope="module")
 def index() -> SourceIndex:
     return SourceIndex()
@@ -230,6 +279,39 @@ def test_cited_functions_and_classes_exist(lesson: Path, index: SourceIndex) -> 
     problems = sorted({f"`{span}`: {why}" for span in SPAN.findall(_prose(text))
                        if span.split("(")[0].split(".")[0] not in own and (why := span_problem(span, index))})
     assert not problems, f"{lesson.parent.name} cites code that does not exist:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("lesson", CHAPTERS, ids=lambda p: p.parent.name)
+def test_quoted_code_matches_its_file(lesson: Path) -> None:
+    problems = []
+    for excerpt in EXCERPT.finditer(lesson.read_text()):
+        path = ROOT / excerpt["path"]
+        if not path.is_file():
+            problems.append(f"{excerpt['path']}: no such file")
+        elif why := excerpt_problem(excerpt["code"], path.read_text()):
+            problems.append(f"{excerpt['path']}: {why}")
+    assert not problems, (f"{lesson.parent.name} quotes code that is not in the file it names "
+                          "(copy it again from the file):\n  " + "\n  ".join(problems))
+
+
+@pytest.mark.parametrize("lesson", CHAPTERS, ids=lambda p: p.parent.name)
+def test_quoted_python_names_its_file(lesson: Path) -> None:
+    unlabelled = [m.group(0).strip() for m in PYTHON_FENCE.finditer(_outside_run_it(lesson.read_text()))
+                  if not m["info"].strip().startswith("title=")]
+    assert not unlabelled, (f"{lesson.parent.name} has Python blocks outside `## Run it` that name no file: "
+                            f'{unlabelled}; label a quote ```py title="minisgl/..."```, or make a sketch ```text')
+
+
+def test_the_excerpt_check_catches_a_changed_line() -> None:
+    source = "def f(x):\n    y = g(x)\n    z = h(y)\n\n    return z + 1\n"
+    assert excerpt_problem("def f(x):\n  y  =  g(x)\n", source) is None  # whitespace does not count
+    assert excerpt_problem("def f(x):\n    ...  # g first\n    return z + 1\n", source) is None
+    assert excerpt_problem("def f(x):\n    z = h(y)\n", source) == "this line is not in the file where the " \
+        "excerpt puts it: 'z = h(y)'"  # a skipped line needs its `...`
+    assert excerpt_problem("y = g(x)\n...\ndef f(x):\n", source) is not None  # out of order
+    # chapter 01 used to show RowParallelLinear.forward as F.linear then all_reduce: not the engine's code
+    old = "def forward(self, x: torch.Tensor) -> torch.Tensor:\n    partial = F.linear(x, self.weight)\n"
+    assert excerpt_problem(old, (ROOT / "minisgl/layers/linear.py").read_text()) is not None
 
 
 def test_the_checks_catch_a_renamed_function_and_a_moved_file(index: SourceIndex) -> None:

@@ -53,6 +53,6 @@ def test_the_counter_is_off_unless_asked_for(tiny_model_dir, tmp_path) -> None:
     for stats_dir, on in ((None, False), (str(tmp_path), True)):
         engine = Engine(SchedulerConfig(model_path=model_dir, dtype="float32", num_pages=64, progress=False,
                                         comm_stats_dir=stats_dir))
-        assert COMM_COUNTER.enabled is on
+        assert COMM_COUNTER.counting is on
         engine.shutdown()
     assert [p.name for p in tmp_path.iterdir()] == ["comm-tp0.json"]

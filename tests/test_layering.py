@@ -16,6 +16,8 @@ COLLECTIVES = {
 }
 # package -> packages it must never import (they sit above it)
 FORBIDDEN_IMPORTS = {
+    "trace": ("minisgl.server", "minisgl.llm", "minisgl.scheduler", "minisgl.tokenizer", "minisgl.engine",
+              "minisgl.distributed", "minisgl.process", "minisgl.message", "minisgl.layers", "minisgl.models"),
     "llm": ("minisgl.server",),
     "tokenizer": ("minisgl.scheduler", "minisgl.server", "minisgl.llm"),
     "scheduler": ("minisgl.server", "minisgl.llm", "minisgl.tokenizer"),

@@ -1,32 +1,25 @@
 """The course chapters: every lesson has its notebook, generated from it and stored unexecuted, with
 the sections, hardware note, exercises pointer and figures a chapter promises.
 
-These checks are fast and static. Executing the notebooks is `make test-notebooks`
-(`pytest --nbmake chapters/`), which takes a few minutes.
+These checks are fast and static. Executing the notebooks is `pytest chapters` (chapters/conftest.py,
+`make test-notebooks`), which takes a few minutes and writes the executed copies the site renders.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from file_modules import load_file_module
+
 CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"
 SECTIONS = ["## Objectives", "## Run it", "## Summary", "## Exercises", "## References"]
 
 
-def _load_builder():
-    spec = importlib.util.spec_from_file_location("build_notebooks", CHAPTERS / "build_notebooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-builder = _load_builder()
+builder = load_file_module(CHAPTERS / "build_notebooks.py", "build_notebooks")
 chapter_dirs = builder.chapter_dirs()
 
 
@@ -76,6 +69,8 @@ def test_every_pictured_figure_is_drawn_by_the_notebook(chapter: Path):
     for name in pictured:
         assert (chapter / "figures" / f"{name}.png").is_file(), f"figures/{name}.png missing: run `make figures`"
         assert f'save_figure(fig, "{name}")' in code, f"no notebook cell draws {name}"
+    undrawn = [p.name for p in (chapter / "figures").glob("*.png") if f'save_figure(fig, "{p.stem}")' not in code]
+    assert not undrawn, f"{chapter.name}/figures/{undrawn}: no notebook cell draws them for `make figures`"
 
 
 def test_the_course_has_at_least_six_figures():
@@ -86,7 +81,4 @@ def test_the_course_has_at_least_six_figures():
 def test_rank_workers_import(chapter: Path, monkeypatch: pytest.MonkeyPatch):
     """Spawned ranks import workers.py by name; a broken import would only show up inside a rank."""
     monkeypatch.syspath_prepend(str(CHAPTERS))
-    spec = importlib.util.spec_from_file_location(f"workers_{chapter.name[:2]}", chapter / "workers.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules.pop(spec.name, None)
+    load_file_module(chapter / "workers.py", f"workers_{chapter.name[:2]}")

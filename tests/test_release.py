@@ -10,7 +10,6 @@ zero. Three grader runs in subprocesses, started together.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import os
 import shutil
@@ -22,18 +21,13 @@ from pathlib import Path
 
 import pytest
 
+from file_modules import load_file_module
+
 REPO = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT_S = 600
 
 
-def _load_release_tool():
-    spec = importlib.util.spec_from_file_location("course_release", REPO / "tools" / "release.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-release_tool = _load_release_tool()
+release_tool = load_file_module(REPO / "tools" / "release.py", "course_release")
 
 
 def _texts(root: Path) -> dict[Path, str]:

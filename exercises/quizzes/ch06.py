@@ -49,3 +49,10 @@ Q6 = None
 #   c) every rank runs the same scheduler on the same messages
 #   d) rank 0 broadcasts the count over gloo, then publishes each payload
 Q7 = None
+
+# Q8 (order). In the merged trace of a tp = 2 run, put these moments of one request in time order.
+#   a) rank 1's receive span, which names the request, ends
+#   b) rank 0's broadcast span, which names the request, starts
+#   c) rank 1's first all-reduce of the step that prefills the request ends
+#   d) the front-end's "request in" instant
+Q8 = None

@@ -46,3 +46,7 @@ Q7 = None
 #   d) whether it pays depends on the interconnect, the model size and the batch
 #   e) a larger tp changes the greedy tokens, which then need checking
 Q8 = None
+
+# Q9 (number). The chapter's trace of the tiny Llama (2 decoder layers) at tp = 2: how many collective spans
+# sit under the forward span of one decode step, on each rank?
+Q9 = None

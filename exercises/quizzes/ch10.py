@@ -62,3 +62,11 @@ Q8 = None
 #   c) PyNCCL supports tp = 1 only, one rank per machine
 #   d) the unique id cannot reach a second rank on the same GPU
 Q9 = None
+
+# Q10 (choice). In the chapter's trace of a CPU run with overlap_schedule=True, where is the "tokens" instant
+# of decode step N on a rank's lane?
+#   a) before the forward span of step N starts
+#   b) inside the forward span of step N, before its all-gather
+#   c) after the forward span of step N + 1 has started
+#   d) only at the end of the run, once every request has finished
+Q10 = None

@@ -4,11 +4,14 @@ seam runs, per forward pass and per layer. Off by default; `EngineConfig.comm_st
 
 The engine wraps each forward in `COMM_COUNTER.forward(phase, num_tokens)`, the model says where
 it is with `comm_site("embed_tokens" | layer index | "lm_head")`, and the seam (`impl.py`) hands
-each collective to `COMM_COUNTER.run`. Off, that costs one attribute check per collective and one
-assignment per layer. On, a CPU collective is timed by the wall clock (gloo returns when it is
-done); a CUDA one by two events on the current stream (NCCL only enqueues), read when the forward
-ends, so counting adds a device sync per forward and runs decode without CUDA graphs (a replayed
-graph runs no Python, so nothing could count it).
+each collective to `COMM_COUNTER.run` while `COMM_COUNTER.enabled`: when counting, and when the
+trace records (`minisgl.trace`), which gets each collective as a span from this same timing. Off,
+that costs one attribute check per collective and one assignment per layer. Counting, a CPU
+collective is timed by the clock (gloo returns when it is done); a CUDA one by two events on the
+current stream (NCCL only enqueues), read when the forward ends, so counting adds a device sync per
+forward and runs decode without CUDA graphs (a replayed graph runs no Python, so nothing could
+count it). The trace's span of a CUDA collective is its enqueue on the host, and the collectives of
+a replayed graph do not show in the trace either.
 
 Bytes are those of the tensor each rank hands in: for an all-reduce the payload of chapter 09's
 formula (`tokens · hidden · bytes`), for the LM head's all-gather this rank's shard of the logits.
@@ -22,6 +25,8 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
+
+from minisgl.trace import TRACE
 
 Site = int | str  # a decoder layer's index, or "embed_tokens" / "lm_head"
 
@@ -74,30 +79,39 @@ class Record:
 
 class CommCounter:
     def __init__(self) -> None:
-        self.enabled = False
+        self.counting = False  # tallies per forward and per layer (--comm-stats-dir)
+        self.enabled = False  # the seam hands each collective to `run`: counting, or tracing
         self.site: Site = ""
         self.phases: dict[str, PhaseStats] = {}
         self.last_forward: list[Record] = []  # every collective of the latest forward, in order
         self._pending: list[tuple[str, Site, int, object, object]] = []  # CUDA: (…, start event, end event)
 
     def run(self, kind: str, x: torch.Tensor, collective: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        """`collective(x)`, timed and filed under the current site."""
+        """`collective(x)`, timed, filed under the current site, and traced."""
         nbytes = x.numel() * x.element_size()
-        if x.is_cuda:
+        on_device = x.is_cuda and self.counting
+        if on_device:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            out = collective(x)
+        begin = time.perf_counter_ns()
+        out = collective(x)
+        finish = time.perf_counter_ns()
+        if on_device:
             end.record()
             self._pending.append((kind, self.site, nbytes, start, end))
-            return out
-        begin = time.perf_counter()
-        out = collective(x)
-        self._pending.append((kind, self.site, nbytes, time.perf_counter() - begin, None))
+        elif self.counting:
+            self._pending.append((kind, self.site, nbytes, (finish - begin) / 1e9, None))
+        TRACE.complete(kind, "collective", begin, finish, site=self.site, bytes=nbytes, device=x.device.type)
         return out
+
+    def configure(self, counting: bool) -> None:
+        """Count from now on, or not; the seam calls `run` while counting or tracing."""
+        self.counting = counting
+        self.enabled = counting or TRACE.enabled
 
     def forward(self, phase: str, num_tokens: int, device: torch.device) -> AbstractContextManager[None]:
         """Count the collectives of one forward pass under `phase`; nothing when the counter is off."""
-        return self._counted_forward(phase, num_tokens, device) if self.enabled else nullcontext()
+        return self._counted_forward(phase, num_tokens, device) if self.counting else nullcontext()
 
     @contextmanager
     def _counted_forward(self, phase: str, num_tokens: int, device: torch.device) -> Iterator[None]:

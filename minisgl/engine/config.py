@@ -38,6 +38,7 @@ class EngineConfig:
     cuda_graph_max_bs: int | None = None  # largest decode batch replayed as a CUDA graph; 0 disables;
     # None: max_running_requests (capped at 256)
     comm_stats_dir: str | None = None  # count bytes and time of every collective; each rank writes a JSON here
+    trace_dir: str | None = None  # every process of the run records its timeline here (minisgl.trace)
     overlap_schedule: bool | None = None  # prepare step N+1 while the device runs step N;
     # None: on for CUDA, off for CPU (True forces it on a CPU too, for tests)
     tp_ops: TPOps | None = None  # another implementation of the TP layers' steps and of the loader's

@@ -33,6 +33,7 @@ from minisgl.layers import local_kv_heads, use_tp_ops
 from minisgl.models.config import ModelConfig
 from minisgl.models.registry import create_model
 from minisgl.models.weight import load_dummy_weights, load_weights
+from minisgl.trace import TRACE
 
 from .config import EngineConfig
 from .cuda_graph import CudaGraphRunner
@@ -70,16 +71,20 @@ class Engine:
         self.device = _bind_device(config)
         self.dtype = resolve_dtype(config.dtype, self.device)
         self.dist_backend = resolve_dist_backend(config.dist_backend, self.device, tp.size, config.local_world_size)
-        self.cpu_group = self._init_communication()
-        COMM_COUNTER.enabled = config.comm_stats_dir is not None
+        with TRACE.span("join the group", "process", backend=self.dist_backend):
+            self.cpu_group = self._init_communication()
+        COMM_COUNTER.configure(counting=config.comm_stats_dir is not None)
 
-        with torch.device("meta"):  # shapes only; real tensors arrive from the loader
-            self.model = create_model(self.model_config)
-        self._load_weights()
+        with TRACE.span("load weights", "process"):
+            with torch.device("meta"):  # shapes only; real tensors arrive from the loader
+                self.model = create_model(self.model_config)
+            self._load_weights()
+        with TRACE.span("size the KV cache", "process"):
+            num_pages = self._sync_num_pages()
 
         self.kv_pool = KVCachePool(
             self.model_config.num_layers,
-            self._sync_num_pages(),
+            num_pages,
             config.page_size,
             local_kv_heads(self.model_config.num_kv_heads, tp.size),
             self.model_config.head_dim,
@@ -165,7 +170,7 @@ class Engine:
             max_bs = min(config.max_running_requests, _MAX_GRAPH_BS)
         if max_bs <= 0 or self.device.type != "cuda":
             return None
-        if COMM_COUNTER.enabled:
+        if COMM_COUNTER.counting:
             logger.warning("counting collectives (--comm-stats-dir): decode runs eagerly, graph replays run no Python")
             return None
         if not self.attn_backend.supports_cuda_graph:
@@ -235,7 +240,7 @@ class Engine:
         self.attn_backend.release(req)
 
     def shutdown(self) -> None:
-        if COMM_COUNTER.enabled:
+        if COMM_COUNTER.counting:
             self._write_comm_stats()
         if self.graph_runner is not None:
             self.graph_runner.destroy()  # graphs hold captured collectives: before the communicators
@@ -254,7 +259,7 @@ class Engine:
         replica = f"dp{config.dp_rank}-" if config.dp_size > 1 else ""
         (folder / f"comm-{replica}tp{tp.rank}.json").write_text(json.dumps(report, indent=1))
         COMM_COUNTER.reset()
-        COMM_COUNTER.enabled = False
+        COMM_COUNTER.configure(counting=False)
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:

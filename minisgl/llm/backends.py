@@ -42,7 +42,7 @@ class MultiProcessBackend:
     reads rank 0's `TokenOutput`s at the detokenizer's address)."""
 
     def __init__(self, config: SchedulerConfig, dp_policy: str) -> None:
-        self.group = ChildGroup()
+        self.group = ChildGroup(config.trace_dir)
         self.addrs = IpcAddresses.in_dir(self.group.ipc_dir)
         self.outputs = PullQueue(self.addrs.detokenizer)
         self.requests = PushQueue(self.addrs.scheduler)

@@ -19,6 +19,7 @@ from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.data_parallel import pick_replica
 from minisgl.scheduler.process import check_ranks_fit_machine
 from minisgl.tokenizer import encode_chat, encode_text
+from minisgl.trace import TRACE, check_trace_dir
 
 from .backends import InProcessBackend, MultiProcessBackend
 
@@ -33,7 +34,9 @@ class RequestOutput:
 
 class LLM:
     """An engine on `model` (None: the embedded SmolLM2) with `tp_size` ranks on `device`; `dp_size`
-    replicas of them, which get the requests by `dp_policy` ("round-robin" or "least-load")."""
+    replicas of them, which get the requests by `dp_policy` ("round-robin" or "least-load"). With a
+    `trace` folder, every process records its timeline, merged into `trace/trace.json` at
+    `shutdown` (`minisgl.trace`)."""
 
     def __init__(
         self,
@@ -43,6 +46,7 @@ class LLM:
         dtype: str = "auto",
         dp_size: int = 1,
         dp_policy: str = "round-robin",
+        trace: str | Path | None = None,
         **engine_args: Any,
     ) -> None:
         if model is None:
@@ -50,9 +54,10 @@ class LLM:
 
             model = ensure_default_model()
         self.model_path = Path(model)
+        self.trace_dir = None if trace is None else Path(trace)
         self.model_config = ModelConfig.from_dir(self.model_path)  # bad dirs fail here, before any spawn
         self.model_config.check_tp_size(tp_size)
-        internal = {"model_path", "tp_info", "dp_rank", "nnodes"}
+        internal = {"model_path", "tp_info", "dp_rank", "nnodes", "trace_dir"}
         known = {f.name for f in fields(SchedulerConfig)} - internal
         unknown = sorted(set(engine_args) - known)
         if unknown:
@@ -61,11 +66,20 @@ class LLM:
             raise ValueError(f"dp_size must be at least 1, got {dp_size}")
         pick_replica(dp_policy, [0], 0)  # an unknown policy fails here, before any spawn
         check_ranks_fit_machine(tp_size, device, dp_size)
+        if trace is not None:
+            check_trace_dir(trace)
         self.tokenizer = _load_tokenizer(self.model_path)
         config = SchedulerConfig(model_path=self.model_path, tp_info=DistributedInfo(0, tp_size), device=device,
-                                 dtype=dtype, dp_size=dp_size, **engine_args)
+                                 dtype=dtype, dp_size=dp_size, trace_dir=None if trace is None else str(trace),
+                                 **engine_args)
+        if trace is not None:
+            TRACE.start(trace, "minisgl-llm")  # before the backend: at tp = 1 the engine's start-up is ours
         in_process = tp_size == 1 and dp_size == 1
-        self._backend = InProcessBackend(config) if in_process else MultiProcessBackend(config, dp_policy)
+        try:
+            self._backend = InProcessBackend(config) if in_process else MultiProcessBackend(config, dp_policy)
+        except BaseException:
+            TRACE.stop()
+            raise
         self._uids = itertools.count()
 
     def generate(
@@ -122,6 +136,8 @@ class LLM:
 
     def _run(self, requests: list[GenerateRequest]) -> dict[int, tuple[list[int], str | None]]:
         self._backend.submit(list(requests))
+        if TRACE.enabled:
+            TRACE.instant("request in", "request", uids=[r.uid for r in requests])
         tokens: dict[int, list[int]] = {r.uid: [] for r in requests}
         finished: dict[int, tuple[list[int], str | None]] = {}
         while len(finished) < len(requests):
@@ -136,11 +152,14 @@ class LLM:
         tokens[output.uid] += output.token_ids
         if output.finished:
             finished[output.uid] = (tokens[output.uid], output.finish_reason)
+            TRACE.instant("request out", "request", uid=output.uid, reason=output.finish_reason)
 
     def shutdown(self) -> None:
         backend, self._backend = getattr(self, "_backend", None), None
         if backend is not None:
             backend.close()
+            if self.trace_dir is not None:
+                TRACE.finish()  # every rank has exited and written its file: merge them
 
     def __enter__(self) -> LLM:
         return self

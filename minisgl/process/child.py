@@ -10,6 +10,9 @@ from then on it serves until it is stopped.
 - serving fails (an exception after `ready`): one log line, no traceback (when a peer rank dies,
   every other rank's next collective fails, and the launcher already names the one that died;
   MINISGL_LOG_LEVEL=DEBUG shows the traceback), and the process exits with 1.
+
+With a trace folder (`--trace DIR`), the child records its timeline from the start and writes it
+however it ends: after its body returns or fails, and on the SIGTERM a launcher stops it with.
 """
 
 from __future__ import annotations
@@ -21,18 +24,28 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.queues import Queue
+from pathlib import Path
 from typing import Any
+
+from minisgl.trace import TRACE
 
 Ready = Callable[..., None]  # ready(detail: str = ""): the body is up and serving
 
 
-def child_main(name: str, acks: Queue, target: Callable[..., None], args: tuple[Any, ...]) -> None:
-    """Become child `name`, run `target(*args, ready)`, and report how start-up went on `acks`."""
+def child_main(
+    name: str, acks: Queue, target: Callable[..., None], args: tuple[Any, ...], trace_dir: Path | None = None
+) -> None:
+    """Become child `name`, run `target(*args, ready)`, and report how start-up went on `acks`;
+    with a `trace_dir`, trace it all into that folder."""
     become_child(name)
+    if trace_dir is not None:
+        trace_until_exit(trace_dir, name)
     started = False
+    begin = TRACE.clock()
 
     def ready(detail: str = "") -> None:
         nonlocal started
+        TRACE.complete("start-up", "process", begin, detail=detail)
         acks.put(("ready", name, detail))
         started = True
 
@@ -46,6 +59,21 @@ def child_main(name: str, acks: Queue, target: Callable[..., None], args: tuple[
             logging.error("stopped: %s: %s", type(error).__name__, first_line)
             logging.debug("traceback", exc_info=True)
         raise SystemExit(1) from None
+    finally:
+        TRACE.save()  # (nothing when not tracing)
+
+
+def trace_until_exit(trace_dir: Path, name: str) -> None:
+    """Record this process's timeline, and write it before SIGTERM (how a launcher stops the text
+    processes, and whatever is left after a graceful stop) ends the process as it would have."""
+    TRACE.start(trace_dir, name)
+
+    def save_then_die(signum: int, frame: object) -> None:
+        TRACE.save()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)  # the exit code still says "killed by SIGTERM"
+
+    signal.signal(signal.SIGTERM, save_then_die)
 
 
 def become_child(name: str) -> None:

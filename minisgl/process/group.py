@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Mapping
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any
 
 from .child import child_main
@@ -37,10 +38,12 @@ LINK_GRACE_S = 2.0  # how long a rank's exit waits for another node's link to cl
 
 
 class ChildGroup:
-    """The child processes of one run and the temp folder of their ipc:// sockets (`ipc_dir`)."""
+    """The child processes of one run and the temp folder of their ipc:// sockets (`ipc_dir`); with
+    a `trace_dir`, every child records its timeline there (`minisgl.trace`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, trace_dir: str | Path | None = None) -> None:
         check_main_is_importable()
+        self.trace_dir = Path(trace_dir) if trace_dir is not None else None
         self._ctx = mp.get_context("spawn")  # fresh interpreters: no forked torch, CUDA or ZMQ state
         self._acks: mp.Queue = self._ctx.Queue()  # ("ready" | "error", child name, detail)
         self.children: dict[str, BaseProcess] = {}  # name -> process, in start order
@@ -53,7 +56,8 @@ class ChildGroup:
     def spawn(self, name: str, target: Callable[..., None], *args: Any) -> BaseProcess:
         """Start child `name` running `target(*args, ready)` (see `child_main`); `target` must be a
         module-level function, because a spawned child imports it by name."""
-        process = self._ctx.Process(target=child_main, args=(name, self._acks, target, args), name=name, daemon=False)
+        process = self._ctx.Process(target=child_main, args=(name, self._acks, target, args, self.trace_dir), name=name,
+                                    daemon=False)
         process.start()
         self.children[name] = process
         return process

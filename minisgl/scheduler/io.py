@@ -29,6 +29,7 @@ from minisgl.message import (
     TokenOutput,
     decode_message,
 )
+from minisgl.trace import TRACE
 
 IDLE_POLL_MS = 50  # an idle rank 0 still broadcasts a zero count this often, so peers never time out
 PEER_TIMEOUT_MS = 120_000
@@ -103,17 +104,25 @@ class ZmqIO:
     def receive(self, blocking: bool) -> list[Message]:
         if self.tp_info.is_primary:
             payloads = self.requests.get_all_raw(IDLE_POLL_MS if blocking else 0)
+            begin = TRACE.clock()
             if self.tp_info.size > 1:
                 broadcast_count(len(payloads), self.cpu_group)
                 for payload in payloads:
                     self.publisher.put_raw(payload)
         else:
+            begin = TRACE.clock()  # the wait for rank 0 is part of the span
             count = broadcast_count(0, self.cpu_group)
             payloads = [self.subscriber.get_raw() for _ in range(count)]
-        return [decode_message(p) for p in payloads]
+        messages = [decode_message(p) for p in payloads]
+        if messages and TRACE.enabled:  # (the idle steps' empty broadcasts are not traced)
+            TRACE.complete("broadcast" if self.tp_info.is_primary else "receive", "message", begin,
+                           messages=describe_messages(messages))
+        return messages
 
     def send(self, outputs: list[TokenOutput]) -> None:
         if self.tp_info.is_primary:
+            if outputs and TRACE.enabled:
+                TRACE.instant("send", "message", uids=[output.uid for output in outputs])
             for output in outputs:
                 self.outputs.put(output)
             finished = [output.uid for output in outputs if output.finished]
@@ -127,3 +136,8 @@ class ZmqIO:
     def close(self) -> None:
         for queue in self._queues:
             queue.close()
+
+
+def describe_messages(messages: list[Message]) -> list[str]:
+    """How the trace names messages: "GenerateRequest 3", "ShutdownRequest"."""
+    return [f"{type(m).__name__} {m.uid}" if hasattr(m, "uid") else type(m).__name__ for m in messages]

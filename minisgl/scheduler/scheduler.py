@@ -48,6 +48,7 @@ from minisgl.engine.engine import Engine, TokenFuture
 from minisgl.engine.sampler import make_generator
 from minisgl.kvcache import create_prefix_cache
 from minisgl.message import AbortRequest, GenerateRequest, Message, SchedulerStats, ShutdownRequest, TokenOutput
+from minisgl.trace import TRACE
 
 from .batch import make_decode_batch, make_prefill_batch
 from .config import SchedulerConfig
@@ -75,10 +76,11 @@ class Scheduler:
         self.stopped = False
         self.num_retracted = 0
         self.num_generated = 0
+        self.num_steps = 0  # batches run; the trace names each step by its number
         self._stats_sent_at = 0.0
         # overlap: the launched step whose tokens are not processed yet, with (batch row, request,
-        # index of its placeholder in output_ids) of each request that gets a token
-        self.pending: tuple[list[tuple[int, Req, int]], TokenFuture] | None = None
+        # index of its placeholder in output_ids) of each request that gets a token, and its number
+        self.pending: tuple[list[tuple[int, Req, int]], TokenFuture, int] | None = None
 
     @property
     def has_work(self) -> bool:
@@ -99,13 +101,21 @@ class Scheduler:
         batch = self._schedule_prefill() or self._schedule_decode()
         launched = None
         if batch is not None:
+            self.num_steps += 1
+            step = self.num_steps
+            if TRACE.enabled:
+                TRACE.instant("schedule", "batch", step=step, phase=batch.phase, uids=[r.uid for r in batch.reqs])
             with _naming_requests(f"a {batch.phase} step", batch.reqs):
+                with TRACE.span("forward", "batch", step=step, phase=batch.phase, tokens=batch.num_tokens):
+                    if overlap:
+                        future = self.engine.forward_async(batch)
+                    else:
+                        tokens = self.engine.forward(batch)
+                expecting = self._advance(batch)
                 if overlap:
-                    future = self.engine.forward_async(batch)
-                    launched = (self._advance(batch), future)
+                    launched = (expecting, future, step)
                 else:
-                    tokens = self.engine.forward(batch)
-                    self.io.send(self._complete(self._advance(batch), tokens))
+                    self.io.send(self._complete(expecting, tokens, step))
         self._complete_pending()
         self.pending = launched
         if time.monotonic() - self._stats_sent_at >= STATS_INTERVAL_S:
@@ -130,14 +140,15 @@ class Scheduler:
 
     def _complete_pending(self) -> None:
         if self.pending is not None:
-            expecting, future = self.pending
+            expecting, future, step = self.pending
             self.pending = None
             with _naming_requests("an overlapped step", [req for _, req, _ in expecting]):
                 tokens = future.tokens()  # a device error of that step surfaces here
-            self.io.send(self._complete(expecting, tokens))
+            self.io.send(self._complete(expecting, tokens, step))
 
     # ---- messages -------------------------------------------------------------------------
     def _handle(self, message: Message) -> None:
+        TRACE.instant("handle", "message", message=type(message).__name__, uid=getattr(message, "uid", None))
         if isinstance(message, GenerateRequest):
             self._add_request(message)
         elif isinstance(message, AbortRequest):
@@ -250,8 +261,8 @@ class Scheduler:
             expecting.append((row, req, len(req.output_ids) - 1))
         return expecting
 
-    def _complete(self, expecting: list[tuple[int, Req, int]], tokens: list[int]) -> list[TokenOutput]:
-        """Fill in the tokens of one step, finish requests, and build their outputs."""
+    def _complete(self, expecting: list[tuple[int, Req, int]], tokens: list[int], step: int) -> list[TokenOutput]:
+        """Fill in the tokens of step number `step`, finish requests, and build their outputs."""
         outputs: list[TokenOutput] = []
         for row, req, index in expecting:
             if self.running.get(req.uid) is not req:
@@ -268,6 +279,9 @@ class Scheduler:
                 del req.output_ids[index + 1 :]  # placeholders of a step launched meanwhile
                 self._finish(req)
             outputs.append(TokenOutput(req.uid, [token], reason is not None, reason))
+        if TRACE.enabled:
+            TRACE.instant("tokens", "batch", step=step, uids=[o.uid for o in outputs],
+                          tokens=[o.token_ids[0] if o.token_ids else None for o in outputs])
         return outputs
 
     def _finish_reason(self, req: Req, token: int, num_output: int) -> str | None:

@@ -26,6 +26,7 @@ from minisgl.models.config import ModelConfig
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.data_parallel import DP_POLICIES
 from minisgl.scheduler.process import check_ranks_fit_machine
+from minisgl.trace import check_trace_dir
 
 DEFAULT_PORT = 8000
 API_KEY_ENV = "MINISGL_API_KEY"
@@ -108,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     parallel.add_argument("--comm-stats-dir", metavar="DIR",
                           help="count bytes and time of every collective, per forward and per layer; each rank "
                                "writes comm-tp<rank>.json into DIR when it stops (decode runs without CUDA graphs)")
+    parallel.add_argument("--trace", metavar="DIR",
+                          help="record a timeline of every process (messages, batches, collectives, text, HTTP); "
+                               "at exit DIR/trace.json holds them all, for https://ui.perfetto.dev")
     parallel.add_argument("--num-tokenizers", type=int, default=1, metavar="N",
                           help="tokenizer worker processes (default: 1)")
 
@@ -175,6 +179,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         cuda_graph_max_bs=ns.cuda_graph_max_bs,
         overlap_schedule=False if ns.disable_overlap_schedule else None,
         comm_stats_dir=ns.comm_stats_dir,
+        trace_dir=ns.trace,
         **({"dist_init_addr": f"tcp://{ns.dist_init_addr}"} if ns.dist_init_addr else {}),
         load_format=ns.load_format,
         seed=ns.seed,
@@ -219,6 +224,11 @@ def check_args(args: ServerArgs) -> ServerArgs:
     if not 0 <= args.port <= 65535:
         raise ArgsError(f"--port must be in 0..65535, got {args.port}")
     _check_nodes(args)
+    if config.trace_dir is not None:
+        try:
+            check_trace_dir(config.trace_dir)
+        except ValueError as error:
+            raise ArgsError(f"--trace: {error}") from None
     if config.device == "cuda" and not torch.cuda.is_available():
         raise ArgsError("--device cuda, but torch sees no CUDA GPU; use --device cpu")
     try:  # the engine's own rules, run here so a bad choice fails before any process starts

@@ -28,6 +28,7 @@ from minisgl.message import (
     TextOutput,
     TokenizeRequest,
 )
+from minisgl.trace import TRACE
 
 class Overloaded(Exception):
     """Too many requests in flight; the API answers 503."""
@@ -68,6 +69,7 @@ class Frontend:
                     continue
                 if output.finished:
                     self.num_finished[output.finish_reason or "unknown"] += 1
+                    TRACE.instant("request out", "request", uid=output.uid, reason=output.finish_reason)
                 stream = self._streams.get(output.uid)
                 if stream is not None:
                     stream.put_nowait(output)
@@ -99,6 +101,7 @@ class Frontend:
         # sent first, then the slot is taken: a request that cannot be encoded holds none (no output
         # can arrive in between, the reader runs on this same event loop)
         self._tokenizer_of(uid).put(TokenizeRequest(uid, sampling, text, messages, input_ids, list(stop or [])))
+        TRACE.instant("request in", "request", uid=uid)
         self.num_submitted += 1
         self._streams[uid] = asyncio.Queue()
         return RequestStream(self, uid)

@@ -37,6 +37,7 @@ from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.data_parallel import spawn_schedulers
 from minisgl.scheduler.process import shut_down_ranks, spawn_ranks
 from minisgl.tokenizer.process import run_detokenizer, run_tokenizer
+from minisgl.trace import TRACE
 
 from .args import ArgsError, ServerArgs, bind_http_socket, check_args
 
@@ -62,7 +63,7 @@ class ServerProcesses:
         """Spawn every child, then wait for all acks (model and tokenizer loading overlap); on any
         failure stop them all and raise `LaunchError` naming the child that failed."""
         config = args.scheduler
-        group = ChildGroup()
+        group = ChildGroup(config.trace_dir)
         addrs = node_addresses(group, config, args.num_tokenizers)
         model_path = config.model_path
         listener = None
@@ -136,6 +137,8 @@ def launch_server(args: ServerArgs) -> int:
         return launch_node(args)
     signal.signal(signal.SIGINT, _on_stop_signal)
     signal.signal(signal.SIGTERM, _on_stop_signal)
+    if args.scheduler.trace_dir is not None:
+        TRACE.start(args.scheduler.trace_dir, "minisgl-server")
     processes: ServerProcesses | None = None
     watcher: ChildWatcher | None = None
     failure: LaunchError | None = None
@@ -171,6 +174,9 @@ def launch_server(args: ServerArgs) -> int:
             processes.shutdown(graceful=failure is None)
         if sock is not None:
             sock.close()
+        merged = TRACE.finish()  # the children have exited: their files are there
+    if merged is not None:
+        logger.info("trace of every process: %s (open it in https://ui.perfetto.dev)", merged)
     if failure is not None:
         _print_error(str(failure))
         return 1
@@ -185,7 +191,7 @@ def launch_node(args: ServerArgs) -> int:
     host, port = parse_tcp_addr(config.dist_init_addr)
     signal.signal(signal.SIGINT, _on_stop_signal)
     signal.signal(signal.SIGTERM, _on_stop_signal)
-    group = ChildGroup()
+    group = ChildGroup(config.trace_dir)  # (node 0 merges: copy this node's trace files next to its own)
     link: socket.socket | None = None
     watcher: ChildWatcher | None = None
     failure: LaunchError | None = None

@@ -22,6 +22,7 @@ from minisgl.message import (
     TokenizeRequest,
 )
 from minisgl.process import Ready
+from minisgl.trace import TRACE
 
 from .detokenize import Detokenizer
 from .tokenize import PromptTokenizer
@@ -43,7 +44,8 @@ def run_tokenizer(index: int, model_path: Path, addrs: IpcAddresses, ready: Read
             continue
         assert isinstance(message, TokenizeRequest), message
         try:
-            request = tokenizer.prepare(message)
+            with TRACE.span("tokenize", "text", uid=message.uid):
+                request = tokenizer.prepare(message)
         except Exception as error:  # this request is bad, the worker is fine: report and go on
             logging.info("request %d rejected: %s", message.uid, error)
             to_detokenizer.put(DetokenizeStart(message.uid, error=_one_line(error)))
@@ -69,7 +71,8 @@ def run_detokenizer(model_path: Path, addrs: IpcAddresses, ready: Ready) -> None
             to_api.put(message)
             continue
         try:
-            texts, aborts = detokenizer.handle(message)
+            with TRACE.span("detokenize", "text", uid=message.uid):
+                texts, aborts = detokenizer.handle(message)
         except Exception as error:  # this request's text went wrong; the others go on
             logging.error("request %d failed: %s", message.uid, _one_line(error))
             texts, aborts = detokenizer.fail(message, error)

@@ -50,3 +50,11 @@ Q6 = "a"
 #   e) leave the other ranks running after a failure, so they can be reused
 #   f) stop every rank it started before it raises
 Q7 = "acdf"
+
+# Q8 (choice). In the trace of the chapter's tp = 2 start-up, the rank that starts recording first spends most
+# of its start-up span in one inner span. Which, and why?
+#   a) load weights: the first rank reads the whole checkpoint for both ranks
+#   b) join the group: it waits at the rendezvous until the other rank arrives
+#   c) size the KV cache: it measures the free memory of the whole machine
+#   d) start-up ends at once: the first rank acks before its peer has started
+Q8 = "b"

@@ -47,3 +47,7 @@ Q7 = "d"
 #   d) whether it pays depends on the interconnect, the model size and the batch
 #   e) a larger tp changes the greedy tokens, which then need checking
 Q8 = "abd"
+
+# Q9 (number). The chapter's trace of the tiny Llama (2 decoder layers) at tp = 2: how many collective spans
+# sit under the forward span of one decode step, on each rank?
+Q9 = 6
