@@ -30,6 +30,7 @@ CH03, CH04 = "ch03_communication_init.py", "ch04_weight_sharding.py"
 CH05, CH06 = "ch05_vocab_parallelism.py", "ch06_rank0_broadcast.py"
 CH07, CH09 = "ch07_tp_decoder_layer.py", "ch09_communication_volume.py"
 CH11, CH12 = "ch11_kv_memory.py", "ch12_beyond_one_machine.py"
+CH14 = "ch14_experts_across_ranks.py"
 F = "torch.nn.functional"
 DIST = "torch.distributed"
 
@@ -90,6 +91,13 @@ LEAF_ENTRY = "            leaves.append((node.last_access, node.id, node))"
 PARENT_PUSH = ("        if parent is not tree.root and not parent.children and parent.lock_ref == 0:\n"
                "            heapq.heappush(leaves, (parent.last_access, parent.id, parent))\n")
 EVICT_LOOP = "    while len(freed) < num_pages and leaves:"
+
+PLAN_KEY = "    key = ranks * num_experts + experts  # by rank, then by expert inside the rank"
+PLAN_SORT = "    send_order = torch.sort(key, stable=True).indices  # stable: ties keep pair order"
+PLAN_INVERSE = ("    inverse = torch.empty_like(send_order)\n"
+                "    inverse[send_order] = torch.arange(send_order.numel(), device=send_order.device)\n")
+PLAN_COUNTS = "    rank_counts = torch.bincount(ranks, minlength=num_ranks)"
+PLAN_ID_CHECK = "    if experts.numel() and (int(experts.min()) < 0 or int(experts.max()) >= num_experts):"
 
 MUTANTS = [
     # ---- chapter 00 -------------------------------------------------------------------------
@@ -394,6 +402,34 @@ MUTANTS = [
            ((POLICY_CHECK, "    from minisgl.scheduler.data_parallel import pick_replica as engine_pick\n"
                            "    return engine_pick(policy, loads, num_sent)\n" + POLICY_CHECK),),
            "test_round_robin_ignores_the_loads", "the engine's own pick_replica"),
+    # ---- chapter 14 -------------------------------------------------------------------------
+    Mutant("plan-by-expert-only", CH14, ((PLAN_KEY, "    key = experts"),),
+           "test_dispatch_plan_examples", "sorted by expert id alone: wrong blocks when experts are not in rank order"),
+    Mutant("plan-by-rank-only", CH14, ((PLAN_KEY, "    key = ranks"),),
+           "test_dispatch_plan_orders_experts_inside_a_rank", "a rank's block is not sorted by expert"),
+    Mutant("plan-inverse-is-order", CH14, ((PLAN_INVERSE, "    inverse = send_order.clone()\n"),),
+           "test_a_dispatch_and_combine_through_the_plan_is_a_round_trip", "the send order taken for its inverse"),
+    Mutant("plan-counts-short", CH14, ((PLAN_COUNTS, "    rank_counts = torch.bincount(ranks)"),),
+           "test_dispatch_plan_examples", "no count for the last ranks when they get nothing"),
+    Mutant("plan-counts-per-expert", CH14,
+           ((PLAN_COUNTS, "    rank_counts = torch.bincount(experts, minlength=num_ranks)[:num_ranks]"),),
+           "test_dispatch_plan_random_routings", "pairs counted per expert, not per rank"),
+    Mutant("plan-ties-reversed", CH14,
+           ((PLAN_SORT, "    send_order = torch.sort(key * len(key) - torch.arange(len(key)), stable=True).indices"),),
+           "test_dispatch_plan_examples", "pairs of one expert sent last first"),
+    Mutant("plan-int32", CH14, (("    return send_order, inverse, rank_counts",
+                                 "    return send_order.int(), inverse.int(), rank_counts.int()"),),
+           "test_dispatch_plan_returns_int64_and_leaves_inputs_unchanged", "int32 where the contract says int64"),
+    Mutant("plan-key-in-place", CH14, ((PLAN_KEY, "    key = experts.add_(ranks * num_experts)"),),
+           "test_dispatch_plan_returns_int64_and_leaves_inputs_unchanged",
+           "builds the sort key in place, in topk_ids' memory (reshape is a view)"),
+    Mutant("plan-no-range-check", CH14, ((PLAN_ID_CHECK, "    if False:"),),
+           "test_dispatch_plan_errors", "an expert id past the end is not refused"),
+    Mutant("plan-engine", CH14,
+           ((PLAN_KEY, "    from minisgl.layers.moe_dispatch import dispatch_plan as engine_plan\n"
+                       "    plan = engine_plan(topk_ids, expert_rank, num_ranks)\n"
+                       "    return plan.send_order, plan.inverse, plan.rank_counts\n" + PLAN_KEY),),
+           "test_dispatch_plan_examples", "the engine's own dispatch_plan"),
     # ---- the capstone (chapter 15): the same functions inside the engine --------------------
     Mutant("capstone-head-rank-major", CH05, ((HEAD_ORDER, "    logits = gathered.reshape(n, tp * shard_size)"),),
            "test_your_tensor_parallelism_serves_a_model", "LM head blocks out of order: wrong tokens at tp > 1",

@@ -114,3 +114,31 @@ def test_small_batch_linear_takes_a_weight_that_is_not_contiguous(layout: str) -
         (torch.nn.functional.silu(x[:, :10]) * x[:, 10:]).double(), weight[:, :10].double()).float()
     torch.testing.assert_close(small_batch_linear(x, weight[:, :10], None, "silu_and_mul")[0], silu_expected,
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("tokens,top_k,experts", [(1, 2, 8), (5, 2, 4), (40, 3, 6), (0, 2, 4)])
+def test_fused_moe_matches_the_torch_loop(tokens: int, top_k: int, experts: int) -> None:
+    from minisgl.kernel.triton.fused_moe import fused_expert_outputs
+    from minisgl.layers.moe import expert_outputs_torch
+    from minisgl.testing.tolerance import expert_mlp_tolerance
+
+    generator = torch.Generator().manual_seed(tokens)
+    hidden, inter = 80, 40  # neither a multiple of the 64-wide tiles: masked edges
+    x = torch.randn(tokens, hidden, generator=generator)
+    topk_ids = torch.stack([torch.randperm(experts, generator=generator)[:top_k] for _ in range(tokens)]) \
+        if tokens else torch.empty(0, top_k, dtype=torch.int64)
+    gate_up = 0.2 * torch.randn(experts, 2 * inter, hidden, generator=generator)
+    down = 0.2 * torch.randn(experts, hidden, inter, generator=generator)
+    fused = fused_expert_outputs(x, topk_ids, gate_up, down)
+    torch.testing.assert_close(fused, expert_outputs_torch(x, topk_ids, gate_up, down),
+                               **expert_mlp_tolerance(x, gate_up, down))
+
+
+def test_align_by_expert_pads_each_run_to_whole_blocks() -> None:
+    from minisgl.kernel.triton.fused_moe import align_by_expert
+
+    experts = torch.tensor([2, 0, 2, 2, 0])  # pairs 0..4; expert 1 gets none
+    sorted_pairs, block_expert = align_by_expert(experts, num_experts=3, block_m=2)
+    pad = 5
+    assert sorted_pairs.tolist()[:6] == [1, 4, 0, 2, 3, pad]  # expert 0: one block, expert 2: two
+    assert block_expert.tolist()[:3] == [0, 2, 2] and (block_expert[3:] == 3).all()

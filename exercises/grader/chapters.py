@@ -16,7 +16,8 @@ CHAPTERS: dict[str, str] = {
     "10": "10-gpu-path",
     "11": "11-kv-memory",
     "12": "12-beyond-one-machine",
-    "15": "15-capstone",  # 13 and 14 are kept for chapters to come (pipeline, MoE)
+    "14": "14-experts-across-ranks",
+    "15": "15-capstone",  # 13 is kept for the chapter to come (pipeline)
 }
 
 
@@ -51,6 +52,7 @@ TASK_POINTS: dict[str, float] = {
     "11-kv-memory/evict": 10,
     "12-beyond-one-machine/node-layout": 5,
     "12-beyond-one-machine/dp-dispatch": 10,
+    "14-experts-across-ranks/dispatch-plan": 10,
     "15-capstone/serve": 20,
 }
 

@@ -67,6 +67,7 @@ OFF_LIMITS: dict[str, tuple[str, ...]] = {
     "12-beyond-one-machine/dp-dispatch": (
         "minisgl.scheduler.data_parallel:pick_replica", "minisgl.scheduler.data_parallel:Dispatcher.assign",
     ),
+    "14-experts-across-ranks/dispatch-plan": ("minisgl.layers.moe_dispatch:dispatch_plan",),
 }
 
 def resolve(path: str) -> FunctionType:

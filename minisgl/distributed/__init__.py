@@ -3,6 +3,8 @@
 - `impl.py`: the tensor seam the layers call (`all_reduce`, `all_gather`) and its plugins;
 - `control.py`: the control-plane collectives over the gloo CPU group (`min_over_ranks`,
   `broadcast_count`, `barrier`, `broadcast_bytes`);
+- `all_to_all.py`: the all-to-all that sends tokens to their experts' ranks and back (expert
+  parallelism, chapter 14);
 - `counter.py`: the communication counter, bytes and time of each collective per forward and layer;
 - `info.py`: `DistributedInfo`, this process's rank and the group size.
 
@@ -23,6 +25,7 @@ from .impl import (
     enable_torch_distributed,
     reset_collective_counts,
 )
+from .all_to_all import all_to_all_counts, all_to_all_rows
 from .counter import COMM_COUNTER, comm_site
 from .control import barrier, broadcast_bytes, broadcast_count, min_over_ranks
 from .info import DistributedInfo, get_tp_info, set_tp_info
@@ -36,6 +39,8 @@ __all__ = [
     "TorchDistributedImpl",
     "all_gather",
     "all_reduce",
+    "all_to_all_counts",
+    "all_to_all_rows",
     "barrier",
     "broadcast_bytes",
     "broadcast_count",

@@ -32,6 +32,8 @@ class EngineConfig:
     cpu_threads: int | None = None  # torch threads of a CPU rank; None: this machine's cores / its ranks
     dist_timeout_s: float = 600.0
     load_format: str = "safetensors"  # or "dummy": random weights from config.json alone
+    moe_parallel: str = "tp"  # a mixture-of-experts model's experts: "tp" splits each one, "ep" places
+    # whole experts per rank and sends tokens to them (chapter 14)
     seed: int = 0
     progress: bool = True  # tqdm bar while loading weights (rank 0 only)
     max_running_requests: int = 64  # requests decoded together; sizes the device page table too

@@ -66,11 +66,12 @@ class Engine:
         tp = config.tp_info
         set_tp_info(tp.rank, tp.size)  # first: every layer constructor reads it
         use_tp_ops(config.tp_ops)  # None: the layers' and the loader's own code (chapter 15)
-        self.model_config = ModelConfig.from_dir(self.model_path)
+        self.model_config = ModelConfig.from_dir(self.model_path).with_moe_parallel(config.moe_parallel)
         self.model_config.check_tp_size(tp.size)
         self.device = _bind_device(config)
         self.dtype = resolve_dtype(config.dtype, self.device)
-        self.dist_backend = resolve_dist_backend(config.dist_backend, self.device, tp.size, config.local_world_size)
+        self.dist_backend = resolve_dist_backend(config.dist_backend, self.device, tp.size, config.local_world_size,
+                                                 config.moe_parallel)
         with TRACE.span("join the group", "process", backend=self.dist_backend):
             self.cpu_group = self._init_communication()
         COMM_COUNTER.configure(counting=config.comm_stats_dir is not None)
@@ -172,6 +173,10 @@ class Engine:
             return None
         if COMM_COUNTER.counting:
             logger.warning("counting collectives (--comm-stats-dir): decode runs eagerly, graph replays run no Python")
+            return None
+        if self.config.moe_parallel == "ep" and self.config.tp_info.size > 1:
+            logger.warning("expert parallelism sizes its all-to-all from each step's routing on the host; "
+                           "running decode eagerly")
             return None
         if not self.attn_backend.supports_cuda_graph:
             logger.warning("CUDA graphs need the triton or flashinfer attention backend; running decode eagerly")
@@ -276,15 +281,22 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return dtypes[name]
 
 
-def resolve_dist_backend(name: str, device: torch.device, tp_size: int, local_ranks: int) -> str:
+def resolve_dist_backend(
+    name: str, device: torch.device, tp_size: int, local_ranks: int, moe_parallel: str = "tp"
+) -> str:
     """`auto`: PyNCCL when each of the `local_ranks` processes on this machine has its own GPU, else
-    gloo (CPU, or ranks sharing a GPU: NCCL refuses two ranks on one device)."""
+    gloo (CPU, or ranks sharing a GPU: NCCL refuses two ranks on one device). Expert parallelism
+    needs an all-to-all, which our PyNCCL lacks: with it, `auto` takes torch's NCCL instead."""
     backends = ("auto", "gloo", "nccl", "pynccl")
     if name not in backends:
         raise ValueError(f"unknown dist backend {name!r}; available: {', '.join(backends)}")
     own_gpu = device.type == "cuda" and torch.cuda.device_count() >= local_ranks
     if name == "auto":
-        return "pynccl" if own_gpu and tp_size > 1 else "gloo"
+        if own_gpu and tp_size > 1:
+            return "nccl" if moe_parallel == "ep" else "pynccl"
+        return "gloo"
+    if name == "pynccl" and moe_parallel == "ep" and tp_size > 1:
+        raise ValueError("--moe-parallel ep needs an all-to-all, which pynccl lacks; use --dist-backend nccl or auto")
     if name in ("nccl", "pynccl") and not own_gpu:
         where = "a CPU" if device.type != "cuda" else f"{torch.cuda.device_count()} GPU(s) for {local_ranks} ranks"
         raise ValueError(f"dist backend {name!r} needs one GPU per rank, got {where}; use --dist-backend gloo")

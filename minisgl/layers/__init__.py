@@ -1,6 +1,6 @@
 """Tensor-parallel building blocks: each computes its local shape from `get_tp_info()` and
-communicates only through `minisgl.distributed` (chapters 01, 04, 05, 07); `tp_ops` lets the
-capstone (chapter 15) replace their TP steps."""
+communicates only through `minisgl.distributed` (chapters 01, 04, 05, 07; the mixture-of-experts
+block, chapter 14); `tp_ops` lets the capstone (chapter 15) replace their TP steps."""
 
 from .activation import silu_and_mul
 from .attention import AttentionLayer
@@ -16,6 +16,8 @@ from .linear import (
     kv_head_offset,
     local_kv_heads,
 )
+from .moe import SparseMoeBlock
+from .moe_dispatch import DispatchPlan, dispatch_plan
 from .norm import RMSNorm
 from .rotary import RotaryEmbedding
 from .tp_ops import TPOps, custom_tp_ops, use_tp_ops
@@ -24,6 +26,7 @@ __all__ = [
     "AttentionLayer",
     "BaseOP",
     "ColumnParallelLinear",
+    "DispatchPlan",
     "MergedColumnParallelLinear",
     "OPList",
     "ParallelLMHead",
@@ -32,9 +35,11 @@ __all__ = [
     "ReplicatedLinear",
     "RotaryEmbedding",
     "RowParallelLinear",
+    "SparseMoeBlock",
     "TPOps",
     "VocabParallelEmbedding",
     "custom_tp_ops",
+    "dispatch_plan",
     "divide",
     "kv_head_offset",
     "local_kv_heads",

@@ -1,12 +1,17 @@
 """`ModelConfig`: the few numbers of a Hugging Face `config.json` the engine needs, and the rule
-for which tensor-parallel sizes a model allows (chapter 04)."""
+for which tensor-parallel sizes a model allows (chapter 04); for a mixture-of-experts model, also
+which layers route to experts and how the experts split across the ranks (chapter 14)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+
+MOE_PARALLEL = ("tp", "ep")  # split each expert's intermediate dim, or place whole experts per rank
 
 
 class ModelError(ValueError):
@@ -32,6 +37,14 @@ class ModelConfig:
     qk_norm: bool = False
     rope_scaling: dict[str, Any] | None = None
     eos_token_ids: tuple[int, ...] = ()
+    # mixture of experts (Qwen3-MoE; 0 experts: every layer has the dense MLP)
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = False
+    decoder_sparse_step: int = 1
+    mlp_only_layers: tuple[int, ...] = ()
+    moe_parallel: str = "tp"  # the engine's choice, not config.json's: "tp" or "ep" (MOE_PARALLEL)
 
     @classmethod
     def from_dir(cls, model_dir: str | Path) -> ModelConfig:
@@ -58,6 +71,7 @@ class ModelConfig:
         rope = raw.get("rope_parameters") or {}
         rope_scaling = raw.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
         is_qwen2 = architecture == "Qwen2ForCausalLM"
+        is_moe = architecture == "Qwen3MoeForCausalLM"
         return cls(
             architecture=architecture,
             hidden_size=raw["hidden_size"],
@@ -73,18 +87,54 @@ class ModelConfig:
             tie_word_embeddings=raw.get("tie_word_embeddings", False),
             qkv_bias=is_qwen2 or raw.get("attention_bias", False),
             o_bias=raw.get("attention_bias", False),
-            qk_norm=architecture == "Qwen3ForCausalLM",
+            qk_norm=architecture in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM"),
             rope_scaling=rope_scaling,
             eos_token_ids=_eos_ids(raw, generation or {}),
+            # transformers 5 writes num_local_experts, Qwen's own checkpoints num_experts
+            num_experts=(raw.get("num_experts") or raw.get("num_local_experts") or 0) if is_moe else 0,
+            num_experts_per_tok=raw.get("num_experts_per_tok", 0) if is_moe else 0,
+            moe_intermediate_size=raw.get("moe_intermediate_size", 0) if is_moe else 0,
+            norm_topk_prob=raw.get("norm_topk_prob", False),
+            decoder_sparse_step=raw.get("decoder_sparse_step") or 1,
+            mlp_only_layers=tuple(raw.get("mlp_only_layers") or ()),
         )
 
+    def is_moe_layer(self, layer_id: int) -> bool:
+        """Whether layer `layer_id` routes to experts (Qwen3-MoE's rule), else it has the dense MLP."""
+        return (
+            self.num_experts > 0
+            and layer_id not in self.mlp_only_layers
+            and (layer_id + 1) % self.decoder_sparse_step == 0
+        )
+
+    def with_moe_parallel(self, mode: str) -> ModelConfig:
+        """This config with its experts split by `mode`: "tp" (each expert's intermediate dim) or
+        "ep" (whole experts per rank); "ep" needs a mixture-of-experts model."""
+        if mode not in MOE_PARALLEL:
+            raise ModelError(f"moe_parallel={mode!r} is not a way to split experts; choose {' or '.join(MOE_PARALLEL)}")
+        if mode == "ep" and self.num_experts == 0:
+            raise ModelError(f"moe_parallel='ep' needs a mixture-of-experts model; {self.architecture} has no experts")
+        return dataclasses.replace(self, moe_parallel=mode)
+
+    def split_dims(self) -> dict[str, int]:
+        """The sizes every tp size must divide: query heads, the dense MLP (if a layer has one), and
+        the experts' intermediate dim (moe_parallel "tp") or the number of experts ("ep")."""
+        dims = {"num_attention_heads": self.num_heads}
+        if not all(self.is_moe_layer(i) for i in range(self.num_layers)):
+            dims["intermediate_size"] = self.intermediate_size
+        if self.num_experts > 0 and self.moe_parallel == "tp":
+            dims["moe_intermediate_size"] = self.moe_intermediate_size
+        if self.num_experts > 0 and self.moe_parallel == "ep":
+            dims["num_experts"] = self.num_experts
+        return dims
+
     def valid_tp_sizes(self) -> list[int]:
-        """Sizes that split the query heads and the MLP evenly, and whose KV heads split or replicate."""
+        """Sizes that split the query heads, the MLP and the experts evenly, and whose KV heads split
+        or replicate."""
         return [
             tp
             for tp in range(1, self.num_heads + 1)
-            if self.num_heads % tp == 0
-            and self.intermediate_size % tp == 0
+            if all(size % tp == 0 for size in self.split_dims().values())
             and (self.num_kv_heads % tp == 0 or tp % self.num_kv_heads == 0)
         ]
 
@@ -92,13 +142,13 @@ class ModelConfig:
         valid = self.valid_tp_sizes()
         if tp_size in valid:
             return
-        if self.num_heads % tp_size != 0:
-            reason = f"does not divide num_attention_heads={self.num_heads}"
-        elif self.intermediate_size % tp_size != 0:
-            reason = f"does not divide intermediate_size={self.intermediate_size}"
+        undivided = [f"{name}={size}" for name, size in self.split_dims().items() if size % tp_size != 0]
+        if undivided:
+            reason = f"does not divide {undivided[0]}"
         else:
             reason = f"neither divides nor is a multiple of num_key_value_heads={self.num_kv_heads}"
-        raise ModelError(f"tp_size={tp_size} {reason}; valid tp sizes: {', '.join(map(str, valid))}")
+        split = f" (moe_parallel={self.moe_parallel})" if self.num_experts > 0 else ""
+        raise ModelError(f"tp_size={tp_size} {reason}{split}; valid tp sizes: {', '.join(map(str, valid))}")
 
 
 def _eos_ids(raw: dict[str, Any], generation: dict[str, Any]) -> tuple[int, ...]:

@@ -1,6 +1,8 @@
 """The Llama-family decoder (Llama, Qwen2, Qwen3, Mistral share it; config flags pick qkv bias and
 q/k norm). Tensor parallelism lives entirely in the layers: this file reads like a plain
 transformer, and each decoder layer holds exactly two all-reduces (o_proj, down_proj) (chapter 07).
+Qwen3-MoE is Qwen3 whose layers may swap the dense MLP for a mixture of experts (the config says
+which; minisgl/layers/moe.py, chapter 14).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from minisgl.layers import (
     RMSNorm,
     RotaryEmbedding,
     RowParallelLinear,
+    SparseMoeBlock,
     VocabParallelEmbedding,
 )
 
@@ -65,24 +68,41 @@ class LlamaMLP(BaseOP):
         """gate_up [tokens, 2 * intermediate / tp], the output of gate_up_proj -> [tokens, hidden]."""
         return self.down_proj.forward_silu_and_mul(gate_up)  # all-reduced
 
+    def forward_normed(
+        self, norm: RMSNorm, x: torch.Tensor, residual: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """self(norm(x + residual)), and x + residual. The norm is handed to gate_up_proj: for a decode
+        batch on CUDA, norm + matmul is one kernel (chapter 10); elsewhere, two steps."""
+        gate_up, residual = self.gate_up_proj.forward_rms_normed(norm, x, residual)
+        return self.forward(gate_up), residual
+
+
+def make_mlp(config: ModelConfig, layer_id: int) -> LlamaMLP | SparseMoeBlock:
+    """The dense MLP, or for the layers a mixture-of-experts config routes, the experts."""
+    if not config.is_moe_layer(layer_id):
+        return LlamaMLP(config)
+    return SparseMoeBlock(
+        config.hidden_size, config.num_experts, config.num_experts_per_tok, config.moe_intermediate_size,
+        config.norm_topk_prob, config.moe_parallel,
+    )
+
 
 class LlamaDecoderLayer(BaseOP):
     def __init__(self, config: ModelConfig, layer_id: int, rotary: RotaryEmbedding) -> None:
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.self_attn = LlamaAttention(config, layer_id, rotary)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = LlamaMLP(config)
+        self.mlp = make_mlp(config, layer_id)
 
     def forward(
         self, positions: torch.Tensor, hidden_states: torch.Tensor, residual: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # Each norm (with its residual add) is handed to the projection after it: for a decode
         # batch on CUDA, norm + matmul is one kernel (chapter 10); elsewhere, two steps.
-        attn, mlp = self.self_attn, self.mlp
+        attn = self.self_attn
         qkv, residual = attn.qkv_proj.forward_rms_normed(self.input_layernorm, hidden_states, residual)
         hidden_states = attn.forward(positions, qkv)
-        gate_up, residual = mlp.gate_up_proj.forward_rms_normed(self.post_attention_layernorm, hidden_states, residual)
-        return mlp.forward(gate_up), residual
+        return self.mlp.forward_normed(self.post_attention_layernorm, hidden_states, residual)
 
 
 class LlamaModel(BaseOP):

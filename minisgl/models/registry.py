@@ -9,11 +9,13 @@ from minisgl.layers import BaseOP
 
 from .llama import LlamaForCausalLM
 
-# Qwen2 (qkv bias), Qwen3 (q/k norm) and Mistral are Llama with config flags; see ModelConfig.
+# Qwen2 (qkv bias), Qwen3 (q/k norm), Qwen3-MoE (Qwen3 with experts in some or all layers) and
+# Mistral are Llama with config flags; see ModelConfig.
 MODEL_REGISTRY: dict[str, type[BaseOP]] = {
     "LlamaForCausalLM": LlamaForCausalLM,
     "Qwen2ForCausalLM": LlamaForCausalLM,
     "Qwen3ForCausalLM": LlamaForCausalLM,
+    "Qwen3MoeForCausalLM": LlamaForCausalLM,
     "MistralForCausalLM": LlamaForCausalLM,
 }
 

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from minisgl.layers import custom_tp_ops, kv_head_offset, local_kv_heads, vocab_shard_size
 
 from .config import ModelConfig, ModelError
+from .expert_weights import ExpertStacker
 
 COLUMN_PARALLEL = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")  # split dim 0 (outputs)
 ROW_PARALLEL = ("o_proj", "down_proj")  # split dim 1 (inputs); their biases stay whole
@@ -106,9 +107,16 @@ def shard_and_merge(
     and the incomplete merge groups are alive.
     """
     merge_buffer: dict[str, dict[int, torch.Tensor]] = {}
+    experts = ExpertStacker(config, rank, tp_size, dtype)  # mixture-of-experts layers (chapter 14)
     for name, full in tensors:
         if "rotary_emb" in name or (config.tie_word_embeddings and name.startswith("lm_head.")):
             continue  # recomputed at start-up / shared with the embedding
+        if experts.owns(name):
+            stacked = experts.add(name, full)
+            del full
+            if stacked is not None:
+                yield stacked
+            continue
         local = shard_tensor(name, full, rank, tp_size, config)
         del full  # from here on only the shard is alive
         if dtype is not None:
@@ -125,6 +133,7 @@ def shard_and_merge(
             yield fused, torch.cat([parts[i] for i in range(len(parts))], dim=0)  # slot order, not arrival
     if merge_buffer:
         raise ModelError(f"checkpoint is missing parts of {sorted(merge_buffer)[:3]}")
+    experts.check_complete()
 
 
 def load_weights(
@@ -194,9 +203,15 @@ def checkpoint_shapes(config: ModelConfig) -> Iterator[tuple[str, tuple[int, ...
             yield f"{attn}q_norm.weight", (head_dim,)
             yield f"{attn}k_norm.weight", (head_dim,)
         yield f"model.layers.{i}.post_attention_layernorm.weight", (hidden,)
-        yield f"{mlp}gate_proj.weight", (inter, hidden)
-        yield f"{mlp}up_proj.weight", (inter, hidden)
-        yield f"{mlp}down_proj.weight", (hidden, inter)
+        if config.is_moe_layer(i):  # the router, then every expert's MLP (chapter 14)
+            yield f"{mlp}gate.weight", (config.num_experts, hidden)
+            experts = [(f"{mlp}experts.{e}.", config.moe_intermediate_size) for e in range(config.num_experts)]
+        else:
+            experts = [(mlp, inter)]
+        for prefix, width in experts:
+            yield f"{prefix}gate_proj.weight", (width, hidden)
+            yield f"{prefix}up_proj.weight", (width, hidden)
+            yield f"{prefix}down_proj.weight", (hidden, width)
     yield "model.norm.weight", (hidden,)
     if not config.tie_word_embeddings:
         yield "lm_head.weight", (config.vocab_size, hidden)

@@ -22,7 +22,7 @@ from minisgl.distributed.rendezvous import parse_tcp_addr
 from minisgl.engine.config import EngineConfig
 from minisgl.engine.engine import resolve_dist_backend
 from minisgl.kvcache import CACHES
-from minisgl.models.config import ModelConfig
+from minisgl.models.config import MOE_PARALLEL, ModelConfig
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.data_parallel import DP_POLICIES
 from minisgl.scheduler.process import check_ranks_fit_machine
@@ -74,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the model name clients pass (default: the model directory's name)")
     model.add_argument("--load-format", default=defaults.load_format, choices=["safetensors", "dummy"],
                        help="dummy = random weights from config.json alone (benchmarks; the tokenizer is still read)")
+    model.add_argument("--moe-parallel", default=defaults.moe_parallel, choices=list(MOE_PARALLEL),
+                       help="a mixture-of-experts model's experts: tp = split each expert across the ranks (one "
+                            "all-reduce), ep = whole experts per rank, tokens sent to them by all-to-all "
+                            "(default: %(default)s)")
     model.add_argument("--dtype", default=defaults.dtype, choices=["auto", "float32", "bfloat16", "float16"],
                        help="weights and KV dtype; auto = bfloat16 on CUDA and bf16-capable CPUs, else float32")
 
@@ -182,6 +186,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         trace_dir=ns.trace,
         **({"dist_init_addr": f"tcp://{ns.dist_init_addr}"} if ns.dist_init_addr else {}),
         load_format=ns.load_format,
+        moe_parallel=ns.moe_parallel,
         seed=ns.seed,
         max_running_requests=ns.max_running_requests,
         max_prefill_tokens=ns.max_prefill_tokens,
@@ -233,12 +238,13 @@ def check_args(args: ServerArgs) -> ServerArgs:
         raise ArgsError("--device cuda, but torch sees no CUDA GPU; use --device cpu")
     try:  # the engine's own rules, run here so a bad choice fails before any process starts
         resolve_dist_backend(config.dist_backend, torch.device(config.device), config.tp_info.size,
-                             config.local_world_size)
+                             config.local_world_size, config.moe_parallel)
         resolve_attention_backend(config.attention_backend, torch.device(config.device))
     except ValueError as error:
         raise ArgsError(str(error)) from None
 
     model_config = ModelConfig.from_dir(config.model_path)  # a missing or foreign dir fails here
+    model_config = model_config.with_moe_parallel(config.moe_parallel)  # "ep" on a dense model fails here
     model_config.check_tp_size(config.tp_info.size)  # "tp_size=2 does not divide ...; valid tp sizes: 1, 3"
     check_ranks_fit_machine(config.tp_info.size, config.device, config.dp_size, config.nnodes)
     name = args.served_model_name or config.model_path.resolve().name

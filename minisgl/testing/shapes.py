@@ -52,16 +52,42 @@ SHAPES: dict[str, dict[str, Any]] = {
                          "original_max_position_embeddings": 8192},
         "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "hidden_act": "silu",
     },
+    # Qwen3-30B-A3B's public config.json: 48 layers, every one 128 experts with 8 routed per token
+    # (3.3B of the 30.5B parameters active per token); chapter 14's GPU benchmark
+    "qwen3-30b-a3b": {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+        "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768, "num_hidden_layers": 48,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+        "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": True,
+        "decoder_sparse_step": 1, "mlp_only_layers": [],
+        "vocab_size": 151936, "tie_word_embeddings": False, "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0, "max_position_embeddings": 40960,
+        "bos_token_id": 151643, "eos_token_id": 151645, "hidden_act": "silu",
+    },
+    # Qwen3-MoE routing scaled down (16 experts, 4 routed per token) at a width a CPU decodes
+    # in milliseconds: chapter 14's CPU measurements of TP against EP
+    "qwen3-moe-small": {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+        "hidden_size": 512, "intermediate_size": 1536, "moe_intermediate_size": 256, "num_hidden_layers": 8,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64,
+        "num_experts": 16, "num_experts_per_tok": 4, "norm_topk_prob": True,
+        "decoder_sparse_step": 1, "mlp_only_layers": [],
+        "vocab_size": 32000, "tie_word_embeddings": False, "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0, "max_position_embeddings": 4096,
+        "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
+    },
 }
 
 
-def make_shape_dir(name: str, out_dir: Path) -> Path:
-    """Write `out_dir/config.json` for shape `name`; load it with load_format="dummy"."""
+def make_shape_dir(name: str, out_dir: Path, num_layers: int | None = None) -> Path:
+    """Write `out_dir/config.json` for shape `name` (with `num_layers` layers instead of the shape's,
+    if given); load it with load_format="dummy"."""
     if name not in SHAPES:
         raise ValueError(f"unknown shape {name!r}; choose one of {sorted(SHAPES)}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.json").write_text(json.dumps(SHAPES[name], indent=2))
+    config = {**SHAPES[name], **({"num_hidden_layers": num_layers} if num_layers else {})}
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
     return out_dir
 
 

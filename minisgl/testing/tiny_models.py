@@ -1,6 +1,6 @@
-"""Tiny random-weight checkpoints (Llama, Qwen2, Qwen3, Mistral) with real tokenizers, built
-deterministically in a few milliseconds for the engine tests and the course exercises (chapter 00).
-The Qwen3-MoE one is built for a later mixture-of-experts chapter; the engine does not serve it yet.
+"""Tiny random-weight checkpoints (Llama, Qwen2, Qwen3, Mistral, Qwen3-MoE) with real tokenizers,
+built deterministically in a few milliseconds for the engine tests and the course exercises
+(chapter 00; the mixture-of-experts ones, chapter 14).
 
 Run `python -m minisgl.testing.tiny_models` to build them all and print what each one covers.
 """
@@ -114,13 +114,24 @@ TINY_MODEL_SPECS: dict[str, TinyModelSpec] = {
         ),
         tp_sizes=(1, 2, 4, 8),
     ),
-    # tp 1, 2, 4. Kept for the mixture-of-experts chapter: 4 experts, 2 routed per token.
+    # tp 1, 2, 4, experts split either way (chapter 14): 4 experts, 2 routed per token, renormalised.
     "qwen3-moe": TinyModelSpec(
         Qwen3MoeConfig(
             hidden_size=64, intermediate_size=192, moe_intermediate_size=96, num_experts=4,
             num_experts_per_tok=2, norm_topk_prob=True, num_attention_heads=4,
             num_key_value_heads=2, head_dim=16, vocab_size=1001, tie_word_embeddings=False,
             **COMMON_CONFIG,
+        ),
+        tp_sizes=(1, 2, 4),
+    ),
+    # tp 1, 2, 4. Dense and expert layers mixed (layer 1 is in mlp_only_layers: MoE, dense, MoE);
+    # 8 experts, 2 routed per token, weights not renormalised over the 2.
+    "qwen3-moe-mixed": TinyModelSpec(
+        Qwen3MoeConfig(
+            hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_experts=8,
+            num_experts_per_tok=2, norm_topk_prob=False, mlp_only_layers=[1], num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, vocab_size=1001, tie_word_embeddings=False,
+            **{**COMMON_CONFIG, "num_hidden_layers": 3},
         ),
         tp_sizes=(1, 2, 4),
     ),

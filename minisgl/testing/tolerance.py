@@ -27,3 +27,30 @@ def matmul_tolerance(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None
     u = torch.finfo(dtype or a.dtype).eps / 2
     gamma = k * u / (1 - k * u)
     return {"rtol": 0.0, "atol": 2 * gamma * terms.max().item()}
+
+
+def expert_mlp_tolerance(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
+                         dtype: torch.dtype | None = None) -> dict[str, float]:
+    """`assert_close` keyword arguments for two computations of the experts' SwiGLU MLPs (chapter 14)
+    in `dtype` (default: x's): x [tokens, hidden], gate_up [experts, 2 * inter, hidden], down
+    [experts, hidden, inter], fp32 accumulation. The gate and up sums carry gamma_hidden of their
+    magnitudes |x| |w|; SiLU(g) * up passes that on with a factor of at most 1.1 per side
+    (|SiLU'| <= 1.1, |SiLU(g)| <= |g|); the down sum adds gamma_inter. Rounding to `dtype` costs a unit
+    roundoff u each time: at most three on the intermediate (gate, up, their product: the torch loop
+    rounds all three, the fused kernel only the product), one on the output. Two computations are
+    at most twice as far apart."""
+    xa, inter = x.abs().double(), gate_up.shape[1] // 2
+    u = torch.finfo(dtype or x.dtype).eps / 2
+    acc_u = torch.finfo(torch.float32).eps / 2
+
+    def gamma(k: int) -> float:
+        return k * acc_u / (1 - k * acc_u)
+
+    worst = 0.0
+    for w13, w2 in zip(gate_up.abs().double(), down.abs().double()):
+        gate, up = xa @ w13[:inter].t(), xa @ w13[inter:].t()  # [tokens, inter] magnitudes
+        inter_bound = 1.1 * gate * up  # |SiLU(g) * up|
+        inter_error = (2.2 * gamma(x.shape[1]) + 3.3 * u) * inter_bound
+        out = (inter_bound @ w2.t()) * (gamma(inter) + u) + inter_error @ w2.t()
+        worst = max(worst, out.max().item() if out.numel() else 0.0)
+    return {"rtol": 0.0, "atol": 2 * worst}

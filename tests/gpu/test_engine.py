@@ -19,7 +19,7 @@ from minisgl.testing.engine_runs import InProcessRun
 from minisgl.testing.shapes import SHAPES, make_random_checkpoint, make_shape_dir
 from minisgl.testing.tiny_models import TINY_MODEL_SPECS
 
-ARCHITECTURES = ["llama", "llama-tied", "qwen2", "qwen3", "mistral"]
+ARCHITECTURES = ["llama", "llama-tied", "qwen2", "qwen3", "mistral", "qwen3-moe", "qwen3-moe-mixed"]
 CPU = torch.device("cpu")
 # fp32: relative error of the logits (||ours - theirs|| / ||theirs||) against transformers fp32:
 # ~2e-6 on the 2-layer tiny models, ~1e-4 on the 30-layer random SmolLM2 shape (rounding grows
@@ -136,7 +136,7 @@ def test_greedy_tokens_same_with_graphs_and_overlap_on_or_off(name: str, tiny_mo
             assert tokens == reference, f"graphs={graphs} overlap={overlap} differs"
 
 
-@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("shape", sorted(set(SHAPES) - {"qwen3-30b-a3b"}))  # 61 GB: tests/gpu/test_moe.py cuts it
 def test_dummy_weights_from_a_config_only_dir(shape: str, tmp_path: Path) -> None:
     model_dir = make_shape_dir(shape, tmp_path / shape)
     run = InProcessRun(_config(model_dir, load_format="dummy", kv_memory_gb=2.0))

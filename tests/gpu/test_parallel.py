@@ -8,39 +8,24 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
-from minisgl import LLM, SamplingParams
 from minisgl.testing.shapes import SHAPES, make_shape_dir
 
+from two_gpus import dummy_tokens, needs_two_gpus
+
 SHAPE = "llama-125m"  # 12 layers, splits at tp 2
-GREEDY = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
-PROMPTS = [[5, 17, 99, 3], list(range(40, 71)), [7, 8, 9, 10, 11, 12]]
-
-
-def _needs_two_gpus() -> None:
-    if torch.cuda.device_count() < 2:
-        pytest.skip(f"needs 2 GPUs (one per rank or replica); this machine has {torch.cuda.device_count()}")
-
-
-def _tokens(model_dir: Path, **kwargs) -> list[list[int]]:
-    with LLM(model_dir, device="cuda", dtype="float32", load_format="dummy", kv_memory_gb=1.0, progress=False,
-             **kwargs) as llm:
-        return [out.token_ids for out in llm.generate(PROMPTS, GREEDY)]
-
-
 @pytest.mark.timeout(600)
 def test_dummy_weights_are_one_model_at_tp_1_and_2(tmp_path: Path) -> None:
-    _needs_two_gpus()
+    needs_two_gpus()
     model_dir = make_shape_dir(SHAPE, tmp_path / SHAPE)
-    assert _tokens(model_dir, tp_size=2) == _tokens(model_dir)
+    assert dummy_tokens(model_dir, tp_size=2) == dummy_tokens(model_dir)
 
 
 @pytest.mark.timeout(600)
 def test_the_counter_times_pynccl_collectives(tmp_path: Path) -> None:
-    _needs_two_gpus()
+    needs_two_gpus()
     model_dir = make_shape_dir(SHAPE, tmp_path / SHAPE)
-    _tokens(model_dir, tp_size=2, comm_stats_dir=str(tmp_path / "stats"))
+    dummy_tokens(model_dir, tp_size=2, comm_stats_dir=str(tmp_path / "stats"))
     report = json.loads((tmp_path / "stats" / "comm-tp0.json").read_text())
     assert report["dist_backend"] == "pynccl" and report["device"] == "cuda:0"
     decode = report["phases"]["decode"]
@@ -56,9 +41,9 @@ def test_the_counter_times_pynccl_collectives(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(600)
 def test_two_replicas_on_two_gpus_answer_like_one(tmp_path: Path) -> None:
-    _needs_two_gpus()
+    needs_two_gpus()
     model_dir = make_shape_dir(SHAPE, tmp_path / SHAPE)
     stats = tmp_path / "stats"
-    assert _tokens(model_dir, dp_size=2, dp_policy="least-load", comm_stats_dir=str(stats)) == _tokens(model_dir)
+    assert dummy_tokens(model_dir, dp_size=2, dp_policy="least-load", comm_stats_dir=str(stats)) == dummy_tokens(model_dir)
     devices = [json.loads((stats / f"comm-dp{d}-tp0.json").read_text())["device"] for d in range(2)]
     assert devices == ["cuda:0", "cuda:1"]
