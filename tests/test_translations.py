@@ -66,6 +66,10 @@ def test_the_checks_can_fail() -> None:
     assert tr.differences(english, chinese) == []
     assert tr.differences(english, chinese.replace("print(65)", "print(66)"))  # code
     assert tr.differences(english, chinese.replace("4096", "4095"))  # a number
+    assert tr.differences(english, chinese.replace("4096 行", "4096行，共2个"))  # one next to Chinese text
+    moved = ("# T\n\n## A\n\ntp = 2.\n\n## B\n\ntp = 4.\n", "# T\n\n## A\n\ntp = 4。\n\n## B\n\ntp = 2。\n")
+    assert tr.differences(*moved)  # numbers (and code spans, links) stay in their section
+    assert tr.differences(moved[0], "# T\n\n## A\n\ntp = 2，tp = 4。\n")  # a section left out
     assert tr.differences(english, chinese.replace("`shard(x)`", "`split(x)`"))  # a function name
     assert tr.differences(english, chinese.replace("figures/a.png", "figures/b.png"))  # a figure
     assert tr.differences(english, chinese.replace("../05/README.md", "../06/README.md"))  # a link
