@@ -203,10 +203,13 @@ def on_page_content(html: str, page, config, files: Files) -> str:
 
 def on_post_page(output: str, page, config) -> str:
     """Links to the other language's page, which only the other build has: the English README's to its
-    Chinese version, a notebook's to its chapter's Chinese page (notebooks are English only)."""
+    Chinese version; a notebook's, and the language menu's on its page, to its chapter's Chinese page
+    (notebooks are English only)."""
     if page.file.src_uri == "readme.md" and _language(config) != ZH:
         return output.replace('href="readme.zh.md"', f'href="../{ZH}/readme/"')
     if page.file.src_uri.endswith(".ipynb"):
-        chapter = Path(page.file.src_uri).parent.as_posix()
-        return output.replace('href="README.zh.md"', f'href="../../../{ZH}/{chapter}/"')
+        chapter, notebook = Path(page.file.src_uri).parent.as_posix(), Path(page.file.src_uri).stem
+        lesson = f'href="../../../{ZH}/{chapter}/"'
+        output = output.replace(f'href="../../../{ZH}/{chapter}/{notebook}/"', lesson)  # the language menu's
+        return output.replace('href="README.zh.md"', lesson)
     return output
