@@ -1,4 +1,4 @@
-"""Tensor, data and pipeline parallelism, measured (chapters 12 and 13; seed 004's questions C3-7):
+"""Tensor, data and pipeline parallelism, measured (chapters 12 and 13):
 single-request TPOT and full-load throughput by tp size, DP = N against TP = N on the same
 workload, PP = N against TP = N (throughput, TTFT, TPOT), and the share of a decode step spent in
 collectives, with NCCL or the symmetric-memory all-reduce. Random weights (`--load-format dummy`:
