@@ -2,8 +2,8 @@
 # Everything GPU-side in one call (the device lease is short): the GPU tests, then both GPU
 # benchmarks. Logs go to $OUT (default /tmp/minisgl-gpu); each part has its own time limit so a
 # hang in one still leaves the others' results.
-#   bash benchmark/run_gpu_suite.sh [tests|grader|flashinfer|gemv|profile|decode|offline|parallel ...]
-#   (default: tests decode offline)
+#   bash benchmark/run_gpu_suite.sh [tests|grader|flashinfer|gemv|profile|decode|offline|parallel|pp-tests|pipeline ...]
+#   (default: tests decode offline; issue 18: parallel (chapter 12), pp-tests pipeline (chapter 13))
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/minisgl-gpu}
@@ -41,6 +41,10 @@ for part in $parts; do
                 done
                 timeout -k 10 "${SELFTEST_TIMEOUT:-420}" python3 -m pytest tests/test_grader.py -q -p no:cacheprovider \
                     2>&1 | tee "$OUT/grader_selftest.log" | tail -3 ;;
+        pp-tests) # chapter 13's GPU tests: the symmetric-memory all-reduce and pipeline stages on two GPUs
+            timeout -k 10 "${PP_TESTS_TIMEOUT:-300}" python3 -m pytest tests/gpu/test_symm_allreduce.py \
+                tests/gpu/test_pipeline_stages.py -m gpu -q -s -rs -p no:cacheprovider --confcutdir=tests \
+                2>&1 | tee "$OUT/gpu_pp_tests.log" | grep -E "passed|failed|error|Error|SKIP|FAIL|assert" ;;
         gemv) timeout -k 10 "${GEMV_TIMEOUT:-150}" python3 benchmark/gpu_gemv.py 2>&1 | tee "$OUT/gpu_gemv.log" ;;
         profile) timeout -k 10 "${PROFILE_TIMEOUT:-120}" python3 benchmark/profile_decode.py 2>&1 | tee "$OUT/profile_decode.log" ;;
         flashinfer) python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)" 2>&1 | tail -1
@@ -58,6 +62,18 @@ for part in $parts; do
                 timeout -k 10 "${PARALLEL_TIMEOUT:-300}" python3 benchmark/parallel_scaling.py $experiment \
                     --device cuda --dtype bfloat16 --shape llama-3.1-8b --out "$OUT/measurements.csv"
             done 2>&1 | tee "$OUT/parallel_scaling.log" ;;
-        *) echo "unknown part $part (tests, grader, flashinfer, gemv, profile, decode, offline, parallel)"; exit 2 ;;
+        pipeline)  # chapter 13's measurements on 2 GPUs: PP 2 vs TP 2 (both without CUDA graphs, as stages
+                   # run), decode step time with PyNCCL vs the symmetric-memory all-reduce (graphs on), and the
+                   # counter's share of collectives with symm (chapter 12's comm rows are the PyNCCL ones)
+            cp chapters/13-pipeline-parallelism/data/measurements.csv "$OUT/measurements-ch13.csv"
+            for experiment in "pipeline --layouts 2x1 1x2 --eager --requests 128 --prompt-len 512 --new-tokens 128" \
+                              "tpot --tp 2 --backends pynccl symm --batch-sizes 1 16 64 --prompt-len 256 --new-tokens 64" \
+                              "comm --tp 2 --backends symm --batch-sizes 1 64 --prompt-len 256 --new-tokens 64"; do
+                timeout -k 10 "${PIPELINE_TIMEOUT:-180}" python3 benchmark/parallel_scaling.py $experiment \
+                    --device cuda --dtype bfloat16 --shape llama-3.1-8b --out "$OUT/measurements-ch13.csv"
+            done 2>&1 | tee "$OUT/pipeline_scaling.log" ;;
+        *) echo "unknown part $part (tests, grader, flashinfer, gemv, profile, decode, offline, parallel, pp-tests," \
+                "pipeline)"
+           exit 2 ;;
     esac
 done

@@ -1,6 +1,7 @@
 """Build each chapter's notebook from its lesson page, so the two never drift apart.
 
-A chapter's README.md is the single source. Its title and hardware note become the first cell;
+A chapter's README.md is the single source. Its title and hardware note become the first cell,
+with a link to the chapter's Chinese page (README.zh.md) where it has one;
 its `## Run it` section becomes the rest: every ```python fence is a code cell, the prose between
 fences markdown cells. Code quoted elsewhere in the lesson is never executed. Notebooks are
 written unexecuted, with fixed cell ids, so regenerating an unchanged lesson changes no byte;
@@ -47,9 +48,11 @@ def _sections(lesson: str) -> tuple[str, str]:
 
 def build_notebook(chapter: Path) -> nbformat.NotebookNode:
     head, run = _sections((chapter / "README.md").read_text())
+    # one set of notebooks, in English; a chapter's Chinese page is linked from the first cell
+    chinese = " ([中文讲义](README.zh.md))" if (chapter / "README.zh.md").is_file() else ""
     cells = [
         nbformat.v4.new_markdown_cell(
-            head + "\n\n*This notebook is the runnable part of the chapter's [lesson page](README.md), "
+            head + f"\n\n*This notebook is the runnable part of the chapter's [lesson page](README.md){chinese}, "
             "which has the explanations, the summary and the exercises.*"
         )
     ]

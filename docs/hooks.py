@@ -1,40 +1,57 @@
-"""mkdocs hooks: put the course, which lives outside docs/, into the site without copying it.
+"""mkdocs hooks: put the course, which lives outside docs/, into the site without copying it, in
+English and in Chinese.
 
-- `on_files` adds chapters/NN-*/ (lesson, notebook, figures), the exercises guide and changelog,
-  and the project's README.md and CONTRIBUTING.md as pages. A notebook page is rendered from the
-  executed copy that `pytest chapters` wrote to build/notebooks/ (chapters/conftest.py), so it
-  shows outputs and figures; a missing or out-of-date copy is a warning, which fails `--strict`.
+- `add_course_files` adds chapters/NN-*/ (lesson, its Chinese twin README.zh.md, notebook, figures),
+  the exercises guide (and its twin) and changelog, and the project's README.md (and README.zh.md)
+  and CONTRIBUTING.md as pages. The i18n plugin (mkdocs-static-i18n) only takes files under docs/
+  as translatable, so they enter with a path under docs/; after the plugin has picked each
+  language's pages, `restore_course_paths` points them back at the real files and hands the
+  notebooks back to mkdocs-jupyter.
+- A notebook page is rendered from the executed copy that `pytest chapters` wrote to build/notebooks/
+  (chapters/conftest.py), so it shows outputs and figures; a missing or out-of-date copy is a
+  warning, which fails `--strict`.
+- The Chinese build (site/zh/) has the Chinese pages, English ones where no translation exists, and
+  no notebook or API pages of its own: notebooks stay one set (in English), and a link to one from a
+  Chinese page leads to the English page. `on_config` gives it the English navigation without them
+  (the plugin's `nav_translations` then translate the titles).
 - `on_page_markdown` turns links written relative to the repository (so that they work when the
   Markdown is read on the repository host) into links relative to the site.
-- `on_page_content` opens each notebook page with how to run it, a download link, and its lesson.
+- `on_page_content` opens each notebook page with how to run it, a download link, and its lesson;
+  `on_post_page` points the links across languages at the other build's page.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import posixpath
 import re
 from pathlib import Path
 
 import nbformat
-from mkdocs.plugins import event_priority
-from mkdocs.structure.files import File, Files
+from mkdocs.plugins import CombinedEvent, event_priority
+from mkdocs.structure.files import File, Files, InclusionLevel
 
 ROOT = Path(__file__).resolve().parent.parent
 EXECUTED_DIR = ROOT / "build" / "notebooks"  # where chapters/conftest.py writes executed notebooks
-TOP_LEVEL_PAGES = {"readme.md": "README.md", "contributing.md": "CONTRIBUTING.md"}  # site page -> repo file
+TOP_LEVEL_PAGES = {  # site page -> repository file
+    "readme.md": "README.md", "readme.zh.md": "README.zh.md", "contributing.md": "CONTRIBUTING.md"}
 LINK = re.compile(r"\]\(([^)\s#]+)(#[^)\s]*)?\)")  # ](target#anchor) of a Markdown link or image
+ZH = "zh"
 log = logging.getLogger("mkdocs.hooks.minisgl")
+_ENGLISH_NAV: list | None = None  # the navigation of mkdocs.yml, kept before the Chinese build edits it
+_JUPYTER_CACHE: bool | None = None  # mkdocs-jupyter's cache setting, restored for the English build
 
 
 def _course_files() -> dict[str, str]:
     """site path -> repository path (relative) of every page and image the hook adds."""
     files = {}
     for chapter in sorted(ROOT.glob("chapters/[0-9][0-9]-*")):
-        for path in [chapter / "README.md", *chapter.glob("*.ipynb"), *chapter.glob("figures/*.png")]:
+        pages = [chapter / "README.md", chapter / "README.zh.md", *chapter.glob("*.ipynb")]
+        for path in [*pages, *chapter.glob("figures/*.png")]:
             if path.is_file():
                 files[path.relative_to(ROOT).as_posix()] = path.relative_to(ROOT).as_posix()
-    for extra in ("exercises/README.md", "exercises/CHANGELOG.md"):
+    for extra in ("exercises/README.md", "exercises/README.zh.md", "exercises/CHANGELOG.md"):
         if (ROOT / extra).is_file():
             files[extra] = extra
     files.update({page: repo for page, repo in TOP_LEVEL_PAGES.items() if (ROOT / repo).is_file()})
@@ -60,16 +77,85 @@ def _notebook_source_dir(notebook: str) -> Path:
     return EXECUTED_DIR
 
 
-@event_priority(100)  # before mkdocs-jupyter turns .ipynb files into pages
-def on_files(files: Files, config) -> Files:
-    for site_path, repo_path in COURSE_FILES.items():
-        # a plain File on a real path (mkdocs-jupyter reads src_dir / src_uri, so that path decides)
-        src_dir = _notebook_source_dir(repo_path) if repo_path.endswith(".ipynb") else ROOT
-        file = File(site_path, src_dir=str(src_dir), dest_dir=config.site_dir,
-                    use_directory_urls=config.use_directory_urls)
-        file.abs_src_path = str(src_dir / repo_path)  # differs from src_dir / site_path for README and CONTRIBUTING
-        files.append(file)
+def _language(config) -> str:
+    i18n = config.plugins.get("i18n")
+    return (i18n.current_language or i18n.default_language) if i18n else "en"
+
+
+def on_config(config):
+    """The Chinese build keeps the English navigation minus the notebook entries, and leaves
+    mkdocs-jupyter's cache alone (it renders no notebook, so it would evict every cached one)."""
+    global _ENGLISH_NAV, _JUPYTER_CACHE
+    chinese = _language(config) == ZH
+    if _ENGLISH_NAV is None:
+        _ENGLISH_NAV = copy.deepcopy(config.nav)
+    config.nav = _without_notebooks(_ENGLISH_NAV) if chinese else copy.deepcopy(_ENGLISH_NAV)
+    jupyter = config.plugins.get("mkdocs-jupyter")
+    if jupyter is not None:
+        if _JUPYTER_CACHE is None:
+            _JUPYTER_CACHE = jupyter.config["cache"]
+        jupyter.config["cache"] = _JUPYTER_CACHE and not chinese
+    return config
+
+
+def _without_notebooks(nav: list) -> list:
+    """The navigation without its notebook entries and API pages (the Chinese build renders neither)."""
+    kept = []
+    for item in nav:
+        (title, value), = item.items() if isinstance(item, dict) else ((None, item),)
+        if isinstance(value, list):
+            if title != "API reference":
+                kept.append({title: _without_notebooks(value)})
+        elif not str(value).endswith(".ipynb") and not str(value).startswith("api/"):
+            kept.append(item)
+    return kept
+
+
+@event_priority(100)  # before mkdocs-jupyter turns .ipynb files into pages, and before the i18n plugin
+def add_course_files(files: Files, config) -> Files:
+    chinese = _language(config) == ZH
+    for src_uri in COURSE_FILES:
+        if chinese and src_uri.endswith(".ipynb"):
+            continue  # notebooks are one set: see english_only_pages
+        # under docs/ for the i18n plugin; restore_course_paths points it at the real file
+        files.append(File(src_uri, src_dir=config.docs_dir, dest_dir=config.site_dir,
+                          use_directory_urls=config.use_directory_urls))
     return files
+
+
+@event_priority(-200)  # after the i18n plugin (-100) has chosen each page's language
+def restore_course_paths(files: Files, config) -> Files:
+    for file in files:
+        repo_path = COURSE_FILES.get(file.src_uri)
+        if repo_path is not None:
+            src_dir = _notebook_source_dir(repo_path) if repo_path.endswith(".ipynb") else ROOT
+            file.src_dir = str(src_dir)  # a notebook's page (mkdocs-jupyter's wrapper) reads src_dir / src_uri
+            file.abs_src_path = str(src_dir / repo_path)  # differs from src_dir / src_uri for README and CONTRIBUTING
+    if _language(config) == ZH:
+        return english_only_pages(files, config)
+    jupyter = config.plugins.get("mkdocs-jupyter")  # the i18n plugin replaced its notebook pages by plain files
+    return jupyter.on_files(files, config) if jupyter else files
+
+
+def english_only_pages(files: Files, config) -> Files:
+    """The Chinese build renders no notebook and no API page: links to them lead to the English pages.
+
+    Each becomes an excluded file (never written) whose URL is the English page's, so a link from a
+    Chinese page resolves to it and the strict build accepts it."""
+    api = [f for f in files if f.src_uri.startswith("api/")]
+    for file in api:
+        files.remove(file)  # in place: the plugin's Files finds index.zh.md for index.md
+    english = [uri for uri in COURSE_FILES if uri.endswith(".ipynb")] + [f.src_uri for f in api]
+    for src_uri in english:
+        page = Path(src_uri).with_suffix("").as_posix()
+        dest = f"{page}/index.html" if config.use_directory_urls and not page.endswith("/index") else f"{page}.html"
+        files.append(File(src_uri, src_dir=config.docs_dir, dest_dir=config.site_dir,
+                          use_directory_urls=config.use_directory_urls, dest_uri=dest,
+                          inclusion=InclusionLevel.EXCLUDED))
+    return files
+
+
+on_files = CombinedEvent(add_course_files, restore_course_paths)
 
 
 def _repo_path(site_path: str) -> str:
@@ -113,3 +199,17 @@ def on_page_content(html: str, page, config, files: Files) -> str:
         f'<a href="{lesson}">lesson page</a>.</p></div>'
     )
     return box + html.replace('href="README.md"', f'href="{lesson}"')  # the notebook's own lesson links
+
+
+def on_post_page(output: str, page, config) -> str:
+    """Links to the other language's page, which only the other build has: the English README's to its
+    Chinese version; a notebook's, and the language menu's on its page, to its chapter's Chinese page
+    (notebooks are English only)."""
+    if page.file.src_uri == "readme.md" and _language(config) != ZH:
+        return output.replace('href="readme.zh.md"', f'href="../{ZH}/readme/"')
+    if page.file.src_uri.endswith(".ipynb"):
+        chapter, notebook = Path(page.file.src_uri).parent.as_posix(), Path(page.file.src_uri).stem
+        lesson = f'href="../../../{ZH}/{chapter}/"'
+        output = output.replace(f'href="../../../{ZH}/{chapter}/{notebook}/"', lesson)  # the language menu's
+        return output.replace('href="README.zh.md"', lesson)
+    return output

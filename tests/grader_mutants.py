@@ -29,7 +29,12 @@ CH00, CH01, CH02 = "ch00_getting_started.py", "ch01_tp_first_principles.py", "ch
 CH03, CH04 = "ch03_communication_init.py", "ch04_weight_sharding.py"
 CH05, CH06 = "ch05_vocab_parallelism.py", "ch06_rank0_broadcast.py"
 CH07, CH09 = "ch07_tp_decoder_layer.py", "ch09_communication_volume.py"
-CH11, CH12 = "ch11_kv_memory.py", "ch12_beyond_one_machine.py"
+CH11, CH12, CH13 = "ch11_kv_memory.py", "ch12_beyond_one_machine.py", "ch13_pipeline_parallelism.py"
+STAGE_SIZE = "        size = base + 1 if stage < extra else base  # the first `extra` stages take one more"
+EMPTY_STAGE_CHECK = "    if pp_size > num_layers:"
+TIED_RETURN = "        return sorted({0, last}) if tie_word_embeddings else [0]"
+LAYER_CHECK = "        if not 0 <= layer < num_layers:"
+UNKNOWN_NAME = '    raise ValueError(f"{name!r} is not a Llama checkpoint tensor")'
 CH14 = "ch14_experts_across_ranks.py"
 F = "torch.nn.functional"
 DIST = "torch.distributed"
@@ -402,6 +407,46 @@ MUTANTS = [
            ((POLICY_CHECK, "    from minisgl.scheduler.data_parallel import pick_replica as engine_pick\n"
                            "    return engine_pick(policy, loads, num_sent)\n" + POLICY_CHECK),),
            "test_round_robin_ignores_the_loads", "the engine's own pick_replica"),
+    # ---- chapter 13 -------------------------------------------------------------------------
+    Mutant("split-extra-to-the-last", CH13,
+           ((STAGE_SIZE, "        size = base + 1 if stage >= pp_size - extra else base"),),
+           "test_split_examples", "the extra layers go to the last stages, the one with the LM head among them"),
+    Mutant("split-rest-on-the-last", CH13,
+           ((STAGE_SIZE, "        size = base if stage < pp_size - 1 else num_layers - start"),),
+           "test_split_examples", "every remainder layer piled onto the last stage"),
+    Mutant("split-ceil-blocks", CH13,
+           ((STAGE_SIZE, "        size = min(-(-num_layers // pp_size), num_layers - start)"),),
+           "test_split_examples", "blocks of ceil(layers / stages), the last one short"),
+    Mutant("split-lists", CH13,
+           (("        blocks.append((start, start + size))", "        blocks.append([start, start + size])"),),
+           "test_split_returns_plain_ints", "lists where the contract asks for tuples"),
+    Mutant("split-empty-stages", CH13, ((EMPTY_STAGE_CHECK, "    if False:"),),
+           "test_split_errors", "more stages than layers: stages without layers instead of a ValueError"),
+    Mutant("split-engine", CH13, (("    base, extra = divmod(num_layers, pp_size)\n",
+                                   "    from minisgl.models.stage import split_layers as engine_split\n"
+                                   "    return [(r.start, r.stop) for r in engine_split(num_layers, pp_size)]\n"),),
+           "test_split_examples", "the engine's own split_layers"),
+    Mutant("weights-tied-first-only", CH13, ((TIED_RETURN, "        return [0]"),),
+           "test_embedding_norm_and_head", "a tied LM head on the last stage without its table"),
+    Mutant("weights-tied-everywhere", CH13,
+           ((TIED_RETURN, "        return list(range(pp_size)) if tie_word_embeddings else [0]"),),
+           "test_embedding_norm_and_head", "the tied table loaded on every stage, the middle ones too"),
+    Mutant("weights-tied-twice", CH13, ((TIED_RETURN, "        return [0, last] if tie_word_embeddings else [0]"),),
+           "test_one_stage_holds_a_tied_table_once", "one stage listed twice when it is first and last"),
+    Mutant("weights-head-on-first", CH13,
+           (('    if name in ("model.norm.weight", "lm_head.weight"):\n        return [last]',
+             '    if name in ("model.norm.weight", "lm_head.weight"):\n        return [0]'),),
+           "test_embedding_norm_and_head", "the final norm and LM head on the first stage"),
+    Mutant("weights-layer-unchecked", CH13, ((LAYER_CHECK, "        if False:"),),
+           "test_stage_weights_errors", "a layer past the model is not a ValueError"),
+    Mutant("weights-unknown-on-first", CH13, ((UNKNOWN_NAME, "    return [0]"),),
+           "test_stage_weights_errors", "an unknown tensor quietly loaded on stage 0"),
+    Mutant("weights-engine", CH13,
+           (("    blocks = split_layers(num_layers, pp_size)\n",
+             "    from minisgl.models.stage import PipelineStage\n"
+             "    return [s for s in range(pp_size)\n"
+             "            if PipelineStage.of(s, pp_size, num_layers, tie_word_embeddings).holds(name)]\n"),),
+           "test_layers_go_where_the_split_puts_them", "the engine's own PipelineStage.holds"),
     # ---- chapter 14 -------------------------------------------------------------------------
     Mutant("plan-by-expert-only", CH14, ((PLAN_KEY, "    key = experts"),),
            "test_dispatch_plan_examples", "sorted by expert id alone: wrong blocks when experts are not in rank order"),

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib
+import os
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -34,7 +35,8 @@ CHAPTERS = sorted(ROOT.glob("chapters/[0-9][0-9]-*/README.md"))
 FOREIGN = {
     "start_subprocess", "_recv_msg_multi_rank0", "_recv_msg_multi_rank1", "parse_args",  # mini-SGLang
     "TokenizerManager", "DetokenizerManager", "DataParallelController", "TpModelWorker",  # SGLang
-    "SchedulerOutput",  # vLLM
+    "SchedulerOutput", "EngineCore", "MultiprocExecutor", "MessageQueue", "ParallelConfig",  # vLLM
+    "DPLBAsyncMPClient", "CustomAllreduce", "DPEngineCoreProc", "IntermediateTensors", "PPMissingLayer",  # vLLM
     "ncclGetUniqueId", "ncclCommInitRank", "ncclAllReduce", "ncclAllGather", "ncclCommDestroy",  # NCCL's C API
     "plan",  # FlashInfer's wrappers
     "TorchDispatchMode",  # torch.utils._python_dispatch
@@ -323,3 +325,59 @@ def test_the_checks_catch_a_renamed_function_and_a_moved_file(index: SourceIndex
     for fine in ("ChildGroup.wait_ready", "spawn_ranks(group, config, addrs)", "dist.broadcast(..., src=0)",
                  "ncclGetUniqueId", "tp_info", "--tp-size", "[T, 192]", "engine.forward_logits", "KeyboardInterrupt"):
         assert span_problem(fine, index) is None, fine
+
+
+# --- sources a learner can open ---------------------------------------------------------------------
+# The chapters grew from source documents that are not public; a citation of one ("seed" + a three-digit
+# number) points a learner at nothing. Other projects are cited at a fixed version, so a link keeps
+# showing the code the sentence describes.
+PRIVATE_SOURCE = re.compile(r"\bseeds?\s+\d{3}\b|\bseeds?\s*\d{3}\s*§", re.IGNORECASE)
+PINNED_PROJECTS = ("sgl-project/mini-sglang", "sgl-project/sglang", "vllm-project/vllm")
+GITHUB_LINK = re.compile(r"github\.com/(?P<repo>[\w.-]+/[\w.-]+)/(?:blob|tree)/(?P<ref>[^/\s)]+)")
+PINNED_REF = re.compile(r"^(?:[0-9a-f]{40}|v\d+(?:\.\d+)+(?:\.post\d+)?)$")
+LEARNER_SUFFIXES = {".md", ".py", ".ipynb", ".yml", ".toml", ".txt"}
+NOT_FOR_LEARNERS = {".git", ".venv", "site", "dev", "__pycache__", ".pytest_cache"}  # dev: docs/dev, helpers' notes
+
+
+def learner_files() -> list[Path]:
+    """Every text file of the course a learner may read: lessons, notebooks, docs, exercises, engine."""
+    found = []
+    for folder, subfolders, files in os.walk(ROOT):
+        subfolders[:] = sorted(d for d in subfolders if d not in NOT_FOR_LEARNERS and not d.endswith(".egg-info"))
+        found += [Path(folder) / f for f in sorted(files) if Path(f).suffix in LEARNER_SUFFIXES]
+    return found
+
+
+def private_citations(text: str) -> list[str]:
+    return [m.group(0) for m in PRIVATE_SOURCE.finditer(text)]
+
+
+def unpinned_links(text: str) -> list[str]:
+    return [m.group(0) for m in GITHUB_LINK.finditer(text)
+            if m["repo"] in PINNED_PROJECTS and not PINNED_REF.match(m["ref"])]
+
+
+def test_no_citation_of_a_source_learners_cannot_open() -> None:
+    problems = [f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}"
+                for path in learner_files() if path != Path(__file__)
+                for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+                if private_citations(line)]
+    assert not problems, ("cite a public source (a paper, a pinned source file of mini-SGLang / SGLang / vLLM, "
+                          "their docs) or a chapter instead of:\n  " + "\n  ".join(problems))
+
+
+def test_other_projects_are_cited_at_a_fixed_version() -> None:
+    problems = [f"{path.relative_to(ROOT)}: {link}" for path in learner_files() if path != Path(__file__)
+                for link in unpinned_links(path.read_text(errors="replace"))]
+    assert not problems, "link a tag (v0.32.0) or a full commit, not a branch:\n  " + "\n  ".join(problems)
+
+
+def test_the_source_checks_can_fail() -> None:
+    old = "se" + "ed 000 §3.3"  # split, so this file does not cite it itself
+    assert private_citations(f"the loader ({old}, Seed 003 §8)") == [old[:8], "Seed 003"]
+    assert private_citations("sampled with seed 0; --seed 1234; seed={seed}") == []
+    assert unpinned_links("https://github.com/vllm-project/vllm/blob/main/vllm/v1/engine/core.py")
+    assert unpinned_links("https://github.com/sgl-project/sglang/tree/20fcd7f/python")  # a short hash moves
+    assert not unpinned_links("https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/engine/core.py")
+    assert not unpinned_links("https://github.com/sgl-project/mini-sglang/blob/" + "a" * 40 + "/python")
+    assert len(learner_files()) > 100 and ROOT / "chapters" / "build_notebooks.py" in learner_files()

@@ -71,7 +71,7 @@ _AR_BYTES = L8B["hidden_size"] * 2  # one bf16 hidden vector per token
 _AR_COUNT = 2 * L8B["num_hidden_layers"] + 1
 _KV_TOKEN = 2 * L8B["num_hidden_layers"] * L8B["num_key_value_heads"] * L8B["head_dim"] * 2  # K and V, all layers
 _SMOL_KV_TOKEN = 2 * SMOL["num_hidden_layers"] * SMOL["num_key_value_heads"] * SMOL["head_dim"] * 2
-COMPUTED = {  # numeric keys that follow from the seeds' configs, so a key cannot drift from its source
+COMPUTED = {  # numeric keys that follow from the public configs, so a key cannot drift from its source
     ("05", "Q1"): SMOL["vocab_size"] // 3, ("05", "Q2"): -(-1001 // 4), ("05", "Q3"): 4 * -(-1001 // 4) - 1001,
     ("05", "Q8"): 2 * -(-1001 // 4), ("07", "Q3"): _KV_TOKEN / 2 / KIB, ("07", "Q4"): _KV_TOKEN / 8 / KIB,
     ("08", "Q5"): 2 * L8B["hidden_size"] * 2 / KIB, ("09", "Q1"): _AR_COUNT, ("09", "Q2"): _AR_BYTES / KIB,
@@ -81,6 +81,8 @@ COMPUTED = {  # numeric keys that follow from the seeds' configs, so a key canno
     ("09", "Q9"): 8 * MIB // _AR_BYTES, ("10", "Q2"): 500e6 * 2 / 4e12 * 1e6,
     ("10", "Q3"): 64 * 1000 * _SMOL_KV_TOKEN / MIB,
     ("11", "Q1"): 2 * _SMOL_KV_TOKEN / KIB, ("11", "Q2"): (1 << 30) // (8192 * 2 * _SMOL_KV_TOKEN),
+    ("13", "Q1"): -(-L8B["num_hidden_layers"] // 3), ("13", "Q2"): 2 * (SMOL["num_hidden_layers"] // 4 + 1),
+    ("13", "Q4"): 2 * L8B["hidden_size"] * 2 / KIB, ("13", "Q11"): 2 * L8B["num_hidden_layers"] // 2 + 1,
 }
 
 

@@ -28,7 +28,8 @@ NAMED_IMPLS = {"exercises": REPO_ROOT / "exercises", "solutions": REPO_ROOT / "s
 CH00, CH01, CH02, CH03 = "ch00_getting_started", "ch01_tp_first_principles", "ch02_launch", "ch03_communication_init"
 CH04, CH05, CH06 = "ch04_weight_sharding", "ch05_vocab_parallelism", "ch06_rank0_broadcast"
 CH07, CH09 = "ch07_tp_decoder_layer", "ch09_communication_volume"
-CH11, CH12, CH14 = "ch11_kv_memory", "ch12_beyond_one_machine", "ch14_experts_across_ranks"
+CH11, CH12, CH13 = "ch11_kv_memory", "ch12_beyond_one_machine", "ch13_pipeline_parallelism"
+CH14 = "ch14_experts_across_ranks"
 
 
 def resolve_impl(spec: str) -> str:
@@ -196,6 +197,16 @@ def node_layout(impl: str, tp_size: int, nnodes: int, node_rank: int, dp_size: i
 
 def pick_replica(impl: str, policy: str, loads: list[int], num_sent: int) -> int:
     return _call("12-beyond-one-machine/dp-dispatch", impl, CH12, "pick_replica", policy, loads, num_sent)
+
+
+# ---- chapter 13 --------------------------------------------------------------------------------
+def split_layers(impl: str, num_layers: int, pp_size: int) -> list[tuple[int, int]]:
+    return _call("13-pipeline-parallelism/stage-split", impl, CH13, "split_layers", num_layers, pp_size)
+
+
+def stages_holding(impl: str, name: str, num_layers: int, pp_size: int, tie_word_embeddings: bool) -> list[int]:
+    return _call("13-pipeline-parallelism/stage-weights", impl, CH13, "stages_holding", name, num_layers, pp_size,
+                 tie_word_embeddings)
 
 
 # ---- chapter 14 --------------------------------------------------------------------------------

@@ -16,8 +16,9 @@ CHAPTERS: dict[str, str] = {
     "10": "10-gpu-path",
     "11": "11-kv-memory",
     "12": "12-beyond-one-machine",
+    "13": "13-pipeline-parallelism",
     "14": "14-experts-across-ranks",
-    "15": "15-capstone",  # 13 is kept for the chapter to come (pipeline)
+    "15": "15-capstone",
 }
 
 
@@ -52,6 +53,8 @@ TASK_POINTS: dict[str, float] = {
     "11-kv-memory/evict": 10,
     "12-beyond-one-machine/node-layout": 5,
     "12-beyond-one-machine/dp-dispatch": 10,
+    "13-pipeline-parallelism/stage-split": 5,
+    "13-pipeline-parallelism/stage-weights": 10,
     "14-experts-across-ranks/dispatch-plan": 10,
     "15-capstone/serve": 20,
 }

@@ -38,6 +38,8 @@ _LOCAL_SIZES = (  # constructors compute the local sizes; the config check names
     "minisgl.models.config:ModelConfig.valid_tp_sizes", "minisgl.models.config:ModelConfig.check_tp_size",
     "minisgl.kvcache.page_pool:KVCachePool.bytes_per_token",
 )
+_STAGES = ("minisgl.models.stage:split_layers", "minisgl.models.stage:PipelineStage.of",
+           "minisgl.scheduler.process:check_pipeline")
 
 # task id -> "module:qualified.name" of every engine function that implements the task
 OFF_LIMITS: dict[str, tuple[str, ...]] = {
@@ -67,6 +69,8 @@ OFF_LIMITS: dict[str, tuple[str, ...]] = {
     "12-beyond-one-machine/dp-dispatch": (
         "minisgl.scheduler.data_parallel:pick_replica", "minisgl.scheduler.data_parallel:Dispatcher.assign",
     ),
+    "13-pipeline-parallelism/stage-split": _STAGES,
+    "13-pipeline-parallelism/stage-weights": _STAGES + ("minisgl.models.stage:PipelineStage.holds",),
     "14-experts-across-ranks/dispatch-plan": ("minisgl.layers.moe_dispatch:dispatch_plan",),
 }
 

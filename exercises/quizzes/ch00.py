@@ -1,4 +1,4 @@
-"""Chapter 00 quiz (getting started): the map of processes and channels (seed 000, section 1).
+"""Chapter 00 quiz (getting started): the map of processes and channels.
 
 Replace each None with your answer, then run `pytest exercises -m ch00`.
 choice: one letter, e.g. "b".  multi: every letter that applies, e.g. "bd" (the exact set scores).

@@ -1,4 +1,4 @@
-"""Chapter 01 quiz (TP first principles): column and row parallel linear layers (seed 003, 2-3).
+"""Chapter 01 quiz (TP first principles): column and row parallel linear layers (Megatron-LM, arXiv:1909.08053).
 
 Replace each None with your answer, then run `pytest exercises -m ch01`.
 choice: one letter, e.g. "b".  multi: every letter that applies, e.g. "bd" (the exact set scores).

@@ -1,4 +1,4 @@
-"""Chapter 04 quiz (weight sharding): shard rules, KV-head replication, streaming (seed 000, 3.3).
+"""Chapter 04 quiz (weight sharding): shard rules, KV-head replication, streaming.
 
 Replace each None with your answer, then run `pytest exercises -m ch04`.
 choice: one letter, e.g. "b".  multi: every letter that applies, e.g. "bd" (the exact set scores).

@@ -1,4 +1,4 @@
-"""Chapter 05 quiz (vocab parallelism): embedding and LM head split by token id (seed 003, 5).
+"""Chapter 05 quiz (vocab parallelism): embedding and LM head split by token id.
 
 Replace each None with your answer, then run `pytest exercises -m ch05`.
 choice: one letter, e.g. "b".  multi: every letter that applies, e.g. "bd" (the exact set scores).

@@ -1,4 +1,4 @@
-"""Chapter 06 quiz (rank-0 broadcast): keeping every rank on the same requests (seed 000, 3.4).
+"""Chapter 06 quiz (rank-0 broadcast): keeping every rank on the same requests.
 
 Replace each None with your answer, then run `pytest exercises -m ch06`.
 choice: one letter, e.g. "b".  multi: every letter that applies, e.g. "bd" (the exact set scores).

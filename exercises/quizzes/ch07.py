@@ -1,4 +1,4 @@
-"""Chapter 07 quiz (the TP decoder layer): where the two all-reduces sit (seed 003 12, seed 004).
+"""Chapter 07 quiz (the TP decoder layer): where the two all-reduces sit.
 
 Replace each None with your answer, then run `pytest exercises -m ch07`.
 choice: one letter, e.g. "b".  multi: every letter that applies, e.g. "bd" (the exact set scores).

@@ -1,4 +1,4 @@
-"""Chapter 08 quiz (process structures): vLLM versus SGLang and minisgl (seed 004).
+"""Chapter 08 quiz (process structures): vLLM versus SGLang and minisgl.
 
 Replace each None with your answer, then run `pytest exercises -m ch08`.
 choice: one letter, e.g. "b".  multi: every letter that applies, e.g. "bd" (the exact set scores).

@@ -1,4 +1,5 @@
-"""Chapter 09 quiz (communication volume): the seed's numbers for Llama-3.1-8B in bf16 (seed 004).
+"""Chapter 09 quiz (communication volume): the numbers for Llama-3.1-8B in bf16, from its
+public config.json.
 
 Replace each None with your answer, then run `pytest exercises -m ch09`.
 choice: one letter, e.g. "b".  multi: every letter that applies, e.g. "bd" (the exact set scores).

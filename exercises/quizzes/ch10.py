@@ -1,5 +1,5 @@
 """Chapter 10 quiz (the GPU path): launch-bound decode, the HBM floor, CUDA graphs, overlap
-scheduling, and why PyNCCL rather than gloo on GPUs (benchmark/GPU_RESULTS.md, seed 004).
+scheduling, and why PyNCCL rather than gloo on GPUs (benchmark/GPU_RESULTS.md, chapter 09).
 
 Replace each None with your answer, then run `pytest exercises -m ch10`.
 choice: one letter, e.g. "b".  multi: every letter that applies, e.g. "bd" (the exact set scores).

@@ -1,4 +1,4 @@
-"""Grades chapter 09's calculator: the seed's Llama-3.1-8B numbers (65 all-reduces, 8 KiB, 520 KiB
+"""Grades chapter 09's calculator: the Llama-3.1-8B numbers of chapter 09 (65 all-reduces, 8 KiB, 520 KiB
 per token; 520 / 780 / 910 KiB per rank; 125 / 188 / 219 KiB of logits), SmolLM2, and random
 configs (so no number can be hard-coded)."""
 
@@ -35,7 +35,7 @@ def _check(impl: str, function: str, args: tuple, expected: float, note: str = "
 
 @pytest.mark.task(TASK)
 def test_all_reduces_per_forward(impl):
-    _check(impl, "all_reduces_per_forward", (LLAMA_31_8B,), 65, "(seed 004: 2 x 32 layers + 1 embedding)")
+    _check(impl, "all_reduces_per_forward", (LLAMA_31_8B,), 65, "(2 x 32 layers + 1 embedding)")
     _check(impl, "all_reduces_per_forward", (SMOLLM2_135M,), 61)
     for config in _random_configs():
         _check(impl, "all_reduces_per_forward", (config,), 2 * config["num_hidden_layers"] + 1)
@@ -43,7 +43,7 @@ def test_all_reduces_per_forward(impl):
 
 @pytest.mark.task(TASK)
 def test_all_reduce_bytes_per_token(impl):
-    _check(impl, "all_reduce_bytes_per_token", (LLAMA_31_8B, 2), 8 * KIB, "(seed 004: 8 KiB in bf16)")
+    _check(impl, "all_reduce_bytes_per_token", (LLAMA_31_8B, 2), 8 * KIB, "(8 KiB in bf16)")
     _check(impl, "all_reduce_bytes_per_token", (SMOLLM2_135M, 4), 576 * 4)
     for config in _random_configs():
         _check(impl, "all_reduce_bytes_per_token", (config, 2), config["hidden_size"] * 2)
@@ -58,8 +58,8 @@ def test_ring_factor(impl):
 
 @pytest.mark.task(TASK)
 def test_sent_bytes_per_rank_per_token(impl):
-    for tp, kib in ((2, 520), (4, 780), (8, 910)):  # seed 004's table
-        _check(impl, "sent_bytes_per_rank_per_token", (LLAMA_31_8B, tp, 2), kib * KIB, f"= {kib} KiB (seed 004)")
+    for tp, kib in ((2, 520), (4, 780), (8, 910)):  # chapter 09's table
+        _check(impl, "sent_bytes_per_rank_per_token", (LLAMA_31_8B, tp, 2), kib * KIB, f"= {kib} KiB (chapter 09)")
     _check(impl, "sent_bytes_per_rank_per_token", (LLAMA_31_8B, 1, 2), 0, "(tp = 1 sends nothing)")
     for config in _random_configs():
         tp = random.choice([2, 3, 4, 8])
@@ -69,11 +69,11 @@ def test_sent_bytes_per_rank_per_token(impl):
 
 @pytest.mark.task(TASK)
 def test_logits_gather_bytes_per_rank(impl):
-    for tp, kib in ((2, 125), (4, 188), (8, 219)):  # seed 004's table, rounded to whole KiB
+    for tp, kib in ((2, 125), (4, 188), (8, 219)):  # chapter 09's table, rounded to whole KiB
         got = adapters.comm_volume(impl, "logits_gather_bytes_per_rank", LLAMA_31_8B, tp, 2)
         if not isinstance(got, (int, float)) or round(got / KIB) != kib:
             raise WrongAnswer(f"logits_gather_bytes_per_rank(Llama-3.1-8B, tp={tp}) = {got!r} bytes; "
-                              f"seed 004 gives about {kib} KiB")
+                              f"chapter 09 gives about {kib} KiB")
     for config in _random_configs():
         _check(impl, "logits_gather_bytes_per_rank", (config, 4, 2), config["vocab_size"] * 2 * 3 / 4)
     _check(impl, "logits_gather_bytes_per_rank", (LLAMA_31_8B, 1, 2), 0, "(tp = 1 gathers nothing)")

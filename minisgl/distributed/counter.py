@@ -28,7 +28,7 @@ import torch
 
 from minisgl.trace import TRACE
 
-Site = int | str  # a decoder layer's index, or "embed_tokens" / "lm_head"
+Site = int | str  # a decoder layer's index, or "embed_tokens" / "lm_head" / "from_prev_stage" / "to_next_stage"
 
 
 @dataclass

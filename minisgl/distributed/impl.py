@@ -138,7 +138,11 @@ def reset_collective_counts() -> None:
 
 
 def destroy_distributed() -> None:
-    """Drop every plugin, then the torch.distributed group (graphs and plugins go first)."""
+    """Drop every plugin and the pipeline links, then the torch.distributed group (graphs and
+    plugins go first)."""
+    from .pipeline import disable_pipeline  # pipeline.py builds on this module
+
+    disable_pipeline()
     for plugin in reversed(DistributedCommunicator.plugins):
         if isinstance(plugin, PyNCCLDistributedImpl):
             plugin.close()

@@ -1,6 +1,7 @@
 """`EngineConfig`: everything one rank's engine needs to build itself; the launcher copies it once
-per rank with that rank's `tp_info` (chapter 02), and with multi-node or data parallelism, says
-where the rank sits among the processes of its machine (chapter 12)."""
+per rank with that rank's `tp_info` (chapter 02) and `pp_info` (its pipeline stage, chapter 13),
+and with multi-node or data parallelism, says where the rank sits among the processes of its
+machine (chapter 12)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,15 @@ if TYPE_CHECKING:
 class EngineConfig:
     model_path: Path
     tp_info: DistributedInfo = field(default_factory=lambda: DistributedInfo(0, 1))
+    pp_info: DistributedInfo = field(default_factory=lambda: DistributedInfo(0, 1))  # pipeline stage (chapter 13)
     device: str = "cpu"  # "cpu" or "cuda"; rank r of a CUDA run uses cuda:{r % device_count}
     dtype: str = "auto"  # auto: bf16 on CUDA; on a CPU, what a start-up probe finds fastest (precision.py)
     page_size: int = 1
     num_pages: int | None = None  # KV pages; None sizes the pool from kv_memory_gb / free memory
     kv_memory_gb: float | None = None
     attention_backend: str = "auto"  # auto: "triton" on CUDA, "torch" on CPU; or "flashinfer" (optional)
-    dist_backend: str = "auto"  # auto: "pynccl" with one GPU per rank, else "gloo"; or "nccl"
+    dist_backend: str = "auto"  # auto: "pynccl" with one GPU per rank, else "gloo"; or "nccl", or "symm"
+    # (PyNCCL with the symmetric-memory one-shot all-reduce for small messages, chapter 13)
     dist_init_addr: str = ""  # the store: the launcher fills a fresh file (one machine) or node 0's tcp:// address
     nnodes: int = 1  # machines the tp ranks span: rank r runs on node r // (tp_size / nnodes) (chapter 12)
     dp_size: int = 1  # data-parallel replicas on this machine, each its own tp group (chapter 12)
@@ -53,9 +56,19 @@ class EngineConfig:
     # shard-then-merge (minisgl/layers/tp_ops.py): the course's capstone plugs a learner's in; None: ours
 
     @property
+    def world_size(self) -> int:
+        """Ranks of one replica: pp stages of tp ranks each."""
+        return self.pp_info.size * self.tp_info.size
+
+    @property
+    def world_rank(self) -> int:
+        """This rank's place among them: stage after stage, tp rank within the stage."""
+        return self.pp_info.rank * self.tp_info.size + self.tp_info.rank
+
+    @property
     def local_world_size(self) -> int:
-        """Scheduler processes on this machine: this node's share of the tp ranks, for every replica."""
-        return self.dp_size * self.tp_info.size // self.nnodes
+        """Scheduler processes on this machine: this node's share of the ranks, for every replica."""
+        return self.dp_size * self.world_size // self.nnodes
 
     @property
     def rank_cpu_threads(self) -> int:
@@ -66,5 +79,5 @@ class EngineConfig:
     @property
     def local_rank(self) -> int:
         """This rank's index among them (replica after replica), which picks its GPU and CPU share."""
-        per_node = self.tp_info.size // self.nnodes
-        return self.dp_rank * per_node + self.tp_info.rank % per_node
+        per_node = self.world_size // self.nnodes
+        return self.dp_rank * per_node + self.world_rank % per_node

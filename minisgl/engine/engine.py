@@ -1,7 +1,9 @@
 """One rank's engine: bind the device, join the TP group, build the model on the meta device and
 stream its shard in, size the KV cache (the same on every rank), and run forward + sample
 (chapters 02-04). On CUDA it also captures decode CUDA graphs and can run a step
-asynchronously, so the scheduler prepares the next step meanwhile (chapter 10).
+asynchronously, so the scheduler prepares the next step meanwhile (chapter 10). With pipeline
+parallelism (chapter 13) it is one stage: its layers only, activations in from the previous stage
+and out to the next (`forward_stage`).
 """
 
 from __future__ import annotations
@@ -21,18 +23,26 @@ from minisgl.attention import create_attention_backend
 from minisgl.core import Batch, Req, forward_context
 from minisgl.distributed import (
     COMM_COUNTER,
+    StageLinks,
+    comm_site,
     destroy_distributed,
+    enable_pipeline,
     enable_pynccl,
     enable_torch_distributed,
     min_over_ranks,
+    recv_from_prev_stage,
+    send_to_next_stage,
     set_tp_info,
+    wait_for_sends,
 )
+from minisgl.distributed.symm_mem import enable_symm_mem, keep_multicast_off, symm_mem_unavailable
 from minisgl.distributed.rendezvous import rendezvous
 from minisgl.kvcache import KVCachePool
 from minisgl.layers import local_kv_heads, use_tp_ops
 from minisgl.layers.batch_invariant import set_batch_invariant
 from minisgl.models.config import ModelConfig
 from minisgl.models.registry import create_model
+from minisgl.models.stage import PipelineStage
 from minisgl.models.weight import load_dummy_weights, load_weights
 from minisgl.trace import TRACE
 
@@ -69,25 +79,28 @@ class Engine:
         self.model_path = Path(config.model_path)
         self.model_config = ModelConfig.from_dir(self.model_path).with_moe_parallel(config.moe_parallel)
         self.model_config.check_tp_size(tp.size)
+        self.stage = PipelineStage.of(config.pp_info.rank, config.pp_info.size, self.model_config.num_layers,
+                                      self.model_config.tie_word_embeddings)
         self.device = _bind_device(config)
         self.config = config = resolve_precision(config)  # "auto" measured here, unless the launcher did
         self.dtype = resolve_dtype(config.dtype)
         set_batch_invariant(config.deterministic)
         self.dist_backend = resolve_dist_backend(config.dist_backend, self.device, tp.size, config.local_world_size,
                                                  config.moe_parallel)
+        self.world_group: dist.ProcessGroup | None = None  # every rank of every stage (the TP group without PP)
         with TRACE.span("join the group", "process", backend=self.dist_backend):
             self.cpu_group = self._init_communication()
         COMM_COUNTER.configure(counting=config.comm_stats_dir is not None)
 
         with TRACE.span("load weights", "process"):
             with torch.device("meta"):  # shapes only; real tensors arrive from the loader
-                self.model = create_model(self.model_config)
+                self.model = create_model(self.model_config, self.stage)
             self._load_weights()
         with TRACE.span("size the KV cache", "process"):
             num_pages = self._sync_num_pages()
 
         self.kv_pool = KVCachePool(
-            self.model_config.num_layers,
+            len(self.stage.layers),  # this stage's layers only
             num_pages,
             config.page_size,
             local_kv_heads(self.model_config.num_kv_heads, tp.size),
@@ -101,6 +114,7 @@ class Engine:
             local_q_heads=self.model_config.num_heads // tp.size, batch_invariant=config.deterministic,
         )
         self.overlap = config.overlap_schedule if config.overlap_schedule is not None else self.device.type == "cuda"
+        self.overlap = self.overlap and self.stage.size == 1  # a pipeline keeps several batches in flight instead
         # the last step's greedy tokens, which fill the next step's placeholders (placeholders.py)
         self._future_tokens = torch.zeros(2 * config.max_running_requests, dtype=torch.int64, device=self.device)
         self.graph_runner = self._init_cuda_graphs()
@@ -110,33 +124,86 @@ class Engine:
         The ranks meet at the store `dist_init_addr`: a file on one machine, node 0's address across
         machines (chapter 12)."""
         tp = self.config.tp_info
-        if tp.size == 1:
+        if self.config.world_size == 1:
             return None
         timeout = timedelta(seconds=self.config.dist_timeout_s)
         backend = self.dist_backend
-        store = rendezvous(self.config.dist_init_addr, tp.rank, tp.size, timeout)
+        if self.device.type == "cuda":
+            keep_multicast_off()  # before the first NCCL or symmetric-memory communicator
+        store = rendezvous(self.config.dist_init_addr, self.config.world_rank, self.config.world_size, timeout)
+        if self.stage.size > 1:
+            return self._init_stage_groups(store, timeout)
         if backend == "nccl":
             dist.init_process_group("nccl", store=store, rank=tp.rank, world_size=tp.size, timeout=timeout,
                                     device_id=self.device)
             cpu_group = dist.new_group(backend="gloo", timeout=timeout)
             enable_torch_distributed(dist.group.WORLD)
+            self.world_group = cpu_group
             return cpu_group
         # gloo: CPU tensors, and CUDA tensors when ranks share a GPU (staged through host memory)
         dist.init_process_group("gloo", store=store, rank=tp.rank, world_size=tp.size, timeout=timeout)
         enable_torch_distributed(dist.group.WORLD)
-        if backend == "pynccl":  # gloo stays below as the CPU group; PyNCCL wins (last plugin)
+        if backend in ("pynccl", "symm"):  # gloo stays below as the CPU group; PyNCCL wins (last plugin)
             enable_pynccl(dist.group.WORLD, self.device)
+        if backend == "symm":
+            self._enable_symm_mem(dist.group.WORLD)
+        self.world_group = dist.group.WORLD
         return dist.group.WORLD
+
+    def _init_stage_groups(self, store: dist.Store, timeout: timedelta) -> dist.ProcessGroup:
+        """Pipeline parallelism (chapter 13): the world is gloo (control bytes between stages, the
+        KV size every rank agrees on); each stage is a TP group of its own, with its own collectives;
+        activations travel to the next stage on the world (gloo on CPU, NCCL on GPUs). Returns this
+        stage's gloo TP group."""
+        config, tp, pp = self.config, self.config.tp_info, self.config.pp_info
+        if self.device.type == "cuda" and torch.cuda.device_count() < config.local_world_size:
+            raise ValueError(f"pipeline stages on CUDA need one GPU per rank: {config.local_world_size} ranks, "
+                             f"{torch.cuda.device_count()} GPU(s); use fewer ranks or --device cpu")
+        rank = config.world_rank
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=config.world_size, timeout=timeout)
+        self.world_group = dist.group.WORLD
+        stages = [list(range(s * tp.size, (s + 1) * tp.size)) for s in range(pp.size)]
+        # every rank creates every group, in the same order, even those it is not in
+        cpu_group = [dist.new_group(ranks, backend="gloo", timeout=timeout) for ranks in stages][pp.rank]
+        if self.dist_backend == "nccl":
+            enable_torch_distributed([dist.new_group(r, backend="nccl", timeout=timeout) for r in stages][pp.rank])
+        else:
+            enable_torch_distributed(cpu_group)
+            if self.dist_backend in ("pynccl", "symm"):
+                enable_pynccl(cpu_group, self.device)
+            if self.dist_backend == "symm":
+                self._enable_symm_mem(cpu_group)
+        cuda = self.device.type == "cuda"
+        tensor_group = dist.new_group(backend="nccl", timeout=timeout) if cuda else dist.group.WORLD
+        last_stage = (pp.size - 1) * tp.size
+        enable_pipeline(StageLinks(
+            prev=rank - tp.size if not self.stage.is_first else None,
+            next=rank + tp.size if not self.stage.is_last else None,
+            first=tp.rank, last=last_stage + tp.rank,
+            tensor_group=tensor_group, control_group=dist.group.WORLD,
+        ))
+        return cpu_group
+
+    def _enable_symm_mem(self, group: dist.ProcessGroup) -> None:
+        """The symmetric-memory all-reduce on top of PyNCCL (chapter 13), or PyNCCL alone, with a
+        warning that says why, where it cannot run."""
+        reason = symm_mem_unavailable(self.device)
+        if reason is not None:
+            logger.warning("--dist-backend symm: %s; all-reduces stay on PyNCCL", reason)
+            return
+        enable_symm_mem(group, self.device)
 
     def _load_weights(self) -> None:
         tp = self.config.tp_info
+        keep = self.stage.holds if self.stage.size > 1 else None  # a stage reads only its own tensors
         if self.config.load_format == "dummy":
-            loaded = load_dummy_weights(self.model_config, tp.rank, tp.size, self.dtype, self.device, self.config.seed)
+            loaded = load_dummy_weights(self.model_config, tp.rank, tp.size, self.dtype, self.device, self.config.seed,
+                                        keep)
         else:
             loaded = load_weights(
                 self.model_path, self.model_config, tp.rank, tp.size, self.dtype, self.device,
-                progress=self.config.progress and tp.rank == 0, quantization=self.config.quantization,
-                max_quantized_rows=self.config.max_quantized_rows,
+                progress=self.config.progress and self.config.world_rank == 0, keep=keep,
+                quantization=self.config.quantization, max_quantized_rows=self.config.max_quantized_rows,
             )
         for name, tensor in loaded:
             self.model.set_weight(name, tensor)
@@ -148,15 +215,15 @@ class Engine:
         """Pages every rank can afford; the minimum over ranks, so all ranks admit the same requests."""
         config, model = self.config, self.model_config
         page_bytes = config.page_size * KVCachePool.bytes_per_token(
-            model.num_layers, local_kv_heads(model.num_kv_heads, config.tp_info.size), model.head_dim, self.dtype
+            len(self.stage.layers), local_kv_heads(model.num_kv_heads, config.tp_info.size), model.head_dim, self.dtype
         )
         if config.num_pages is not None:
             num_pages = config.num_pages
         else:
             budget = config.kv_memory_gb * (1 << 30) if config.kv_memory_gb else self._default_kv_budget()
             num_pages = int(budget // page_bytes)
-        if self.cpu_group is not None:
-            num_pages = min_over_ranks(num_pages, self.cpu_group)
+        if self.world_group is not None:  # every stage too: they mirror one scheduler
+            num_pages = min_over_ranks(num_pages, self.world_group)
         return num_pages
 
     def _default_kv_budget(self) -> float:
@@ -174,6 +241,9 @@ class Engine:
         if max_bs is None:
             max_bs = min(config.max_running_requests, _MAX_GRAPH_BS)
         if max_bs <= 0 or self.device.type != "cuda":
+            return None
+        if self.stage.size > 1:
+            logger.warning("pipeline stages run decode eagerly (no CUDA graphs)")
             return None
         if COMM_COUNTER.counting:
             logger.warning("counting collectives (--comm-stats-dir): decode runs eagerly, graph replays run no Python")
@@ -231,6 +301,27 @@ class Engine:
         with forward_context(batch, self.attn_backend), counted:
             return self.model.forward(batch)
 
+    @torch.inference_mode()
+    def forward_stage(self, batch: Batch) -> list[int] | None:
+        """This pipeline stage's part of `batch` (chapter 13): take the previous stage's activations
+        (the first stage embeds the tokens instead), run this stage's layers, and hand the result on;
+        the last stage samples and returns the tokens."""
+        batch = self._to_device(batch)
+        self.attn_backend.prepare(batch)
+        counted = COMM_COUNTER.forward(batch.phase, batch.num_tokens, self.device)  # a no-op unless counting
+        with forward_context(batch, self.attn_backend), counted:
+            carried = None
+            if not self.stage.is_first:
+                comm_site("from_prev_stage")
+                shape = (2, batch.num_tokens, self.model_config.hidden_size)  # hidden states and residual
+                carried = recv_from_prev_stage(shape, self.dtype, self.device).unbind(0)
+            out = self.model.forward(batch, carried)
+            if not self.stage.is_last:
+                comm_site("to_next_stage")
+                send_to_next_stage(torch.stack(out))  # [2, tokens, hidden]
+                return None
+        return sample(out, batch.reqs, batch.emits)
+
     def _to_device(self, batch: Batch) -> Batch:
         if batch.input_ids.device == self.device:
             return batch
@@ -254,19 +345,24 @@ class Engine:
         if self.graph_runner is not None:
             self.graph_runner.destroy()  # graphs hold captured collectives: before the communicators
             self.graph_runner = None
+        if self.stage.size > 1:
+            wait_for_sends()  # the next stage may still be reading them
         destroy_distributed()
         use_tp_ops(None)
 
     def _write_comm_stats(self) -> None:
         """What the communication counter saw on this rank, as `comm-tp{rank}.json` in `comm_stats_dir`
-        (`comm-dp{replica}-tp{rank}.json` with data parallelism)."""
-        config, tp = self.config, self.config.tp_info
+        (`comm-dp{replica}-tp{rank}.json` with data parallelism, `comm-pp{stage}-tp{rank}.json` with
+        pipeline stages)."""
+        config, tp, pp = self.config, self.config.tp_info, self.config.pp_info
         folder = Path(config.comm_stats_dir)
         folder.mkdir(parents=True, exist_ok=True)
         report = {"tp_rank": tp.rank, "tp_size": tp.size, "dp_rank": config.dp_rank, "dp_size": config.dp_size,
+                  "pp_rank": pp.rank, "pp_size": pp.size,
                   "dist_backend": self.dist_backend, "device": str(self.device), "phases": COMM_COUNTER.to_json()}
         replica = f"dp{config.dp_rank}-" if config.dp_size > 1 else ""
-        (folder / f"comm-{replica}tp{tp.rank}.json").write_text(json.dumps(report, indent=1))
+        stage = f"pp{pp.rank}-" if pp.size > 1 else ""
+        (folder / f"comm-{replica}{stage}tp{tp.rank}.json").write_text(json.dumps(report, indent=1))
         COMM_COUNTER.reset()
         COMM_COUNTER.configure(counting=False)
 
@@ -285,8 +381,9 @@ def resolve_dist_backend(
 ) -> str:
     """`auto`: PyNCCL when each of the `local_ranks` processes on this machine has its own GPU, else
     gloo (CPU, or ranks sharing a GPU: NCCL refuses two ranks on one device). Expert parallelism
-    needs an all-to-all, which our PyNCCL lacks: with it, `auto` takes torch's NCCL instead."""
-    backends = ("auto", "gloo", "nccl", "pynccl")
+    needs an all-to-all, which our PyNCCL (and the symmetric-memory path above it) lacks: with it,
+    `auto` takes torch's NCCL instead."""
+    backends = ("auto", "gloo", "nccl", "pynccl", "symm")
     if name not in backends:
         raise ValueError(f"unknown dist backend {name!r}; available: {', '.join(backends)}")
     own_gpu = device.type == "cuda" and torch.cuda.device_count() >= local_ranks
@@ -294,9 +391,9 @@ def resolve_dist_backend(
         if own_gpu and tp_size > 1:
             return "nccl" if moe_parallel == "ep" else "pynccl"
         return "gloo"
-    if name == "pynccl" and moe_parallel == "ep" and tp_size > 1:
-        raise ValueError("--moe-parallel ep needs an all-to-all, which pynccl lacks; use --dist-backend nccl or auto")
-    if name in ("nccl", "pynccl") and not own_gpu:
+    if name in ("pynccl", "symm") and moe_parallel == "ep" and tp_size > 1:
+        raise ValueError(f"--moe-parallel ep needs an all-to-all, which {name} lacks; use --dist-backend nccl or auto")
+    if name in ("nccl", "pynccl", "symm") and not own_gpu:
         where = "a CPU" if device.type != "cuda" else f"{torch.cuda.device_count()} GPU(s) for {local_ranks} ranks"
         raise ValueError(f"dist backend {name!r} needs one GPU per rank, got {where}; use --dist-backend gloo")
     return name

@@ -4,7 +4,7 @@ block, chapter 14); `tp_ops` lets the capstone (chapter 15) replace their TP ste
 
 from .activation import silu_and_mul
 from .attention import AttentionLayer
-from .base import BaseOP, OPList
+from .base import BaseOP, MissingLayer, OPList
 from .embedding import ParallelLMHead, VocabParallelEmbedding, vocab_shard_size
 from .linear import (
     ColumnParallelLinear,
@@ -28,6 +28,7 @@ __all__ = [
     "ColumnParallelLinear",
     "DispatchPlan",
     "MergedColumnParallelLinear",
+    "MissingLayer",
     "OPList",
     "ParallelLMHead",
     "QKVParallelLinear",

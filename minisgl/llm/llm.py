@@ -1,6 +1,7 @@
 """`LLM`: generate from Python without a server. At tp = 1 the scheduler runs in this process; at
 tp > 1 every rank is a real spawned process, as in the server (chapter 00); with dp_size > 1, so
-are the replicas and their controller (chapter 12)."""
+are the replicas and their controller (chapter 12); with pp_size > 1, so is every pipeline stage
+(chapter 13)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from minisgl.message import GenerateRequest, TokenOutput
 from minisgl.models.config import ModelConfig
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.data_parallel import pick_replica
-from minisgl.scheduler.process import check_ranks_fit_machine
+from minisgl.scheduler.process import check_pipeline, check_ranks_fit_machine
 from minisgl.tokenizer import encode_chat, encode_text
 from minisgl.trace import TRACE, check_trace_dir
 
@@ -34,10 +35,10 @@ class RequestOutput:
 
 
 class LLM:
-    """An engine on `model` (None: the embedded SmolLM2) with `tp_size` ranks on `device`; `dp_size`
-    replicas of them, which get the requests by `dp_policy` ("round-robin" or "least-load"). With a
-    `trace` folder, every process records its timeline, merged into `trace/trace.json` at
-    `shutdown` (`minisgl.trace`)."""
+    """An engine on `model` (None: the embedded SmolLM2) with `tp_size` ranks on `device` in each of
+    `pp_size` pipeline stages; `dp_size` replicas of them, which get the requests by `dp_policy`
+    ("round-robin" or "least-load"). With a `trace` folder, every process records its timeline,
+    merged into `trace/trace.json` at `shutdown` (`minisgl.trace`)."""
 
     def __init__(
         self,
@@ -47,6 +48,7 @@ class LLM:
         dtype: str = "auto",
         dp_size: int = 1,
         dp_policy: str = "round-robin",
+        pp_size: int = 1,
         trace: str | Path | None = None,
         **engine_args: Any,
     ) -> None:
@@ -58,7 +60,8 @@ class LLM:
         self.trace_dir = None if trace is None else Path(trace)
         self.model_config = ModelConfig.from_dir(self.model_path)  # bad dirs fail here, before any spawn
         self.model_config.check_tp_size(tp_size)
-        internal = {"model_path", "tp_info", "dp_rank", "nnodes", "trace_dir"}
+        check_pipeline(self.model_config, pp_size, dp_size)
+        internal = {"model_path", "tp_info", "pp_info", "dp_rank", "nnodes", "trace_dir"}
         known = {f.name for f in fields(SchedulerConfig)} - internal
         unknown = sorted(set(engine_args) - known)
         if unknown:
@@ -66,18 +69,18 @@ class LLM:
         if dp_size < 1:
             raise ValueError(f"dp_size must be at least 1, got {dp_size}")
         pick_replica(dp_policy, [0], 0)  # an unknown policy fails here, before any spawn
-        check_ranks_fit_machine(tp_size, device, dp_size)
+        check_ranks_fit_machine(tp_size, device, dp_size, pp_size=pp_size)
         if trace is not None:
             check_trace_dir(trace)
         self.tokenizer = _load_tokenizer(self.model_path)
-        config = SchedulerConfig(model_path=self.model_path, tp_info=DistributedInfo(0, tp_size), device=device,
-                                 dtype=dtype, dp_size=dp_size, trace_dir=None if trace is None else str(trace),
-                                 **engine_args)
+        config = SchedulerConfig(model_path=self.model_path, tp_info=DistributedInfo(0, tp_size),
+                                 pp_info=DistributedInfo(0, pp_size), device=device, dtype=dtype, dp_size=dp_size,
+                                 trace_dir=None if trace is None else str(trace), **engine_args)
         # dtype / quantization "auto" measured once here, so every rank gets the same answer
         self.config = config = resolve_precision(config)
         if trace is not None:
             TRACE.start(trace, "minisgl-llm")  # before the backend: at tp = 1 the engine's start-up is ours
-        in_process = tp_size == 1 and dp_size == 1
+        in_process = tp_size == 1 and dp_size == 1 and pp_size == 1
         try:
             self._backend = InProcessBackend(config) if in_process else MultiProcessBackend(config, dp_policy)
         except BaseException:

@@ -7,7 +7,7 @@ and safe to decode (unlike pickle, a message cannot run code on the receiver).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Union
 
 import msgpack
@@ -74,12 +74,26 @@ class FinishedRequests:
     uids: list[int]
 
 
+@dataclass
+class StageStep:
+    """Pipeline stage -> the next stage, once per scheduler step (chapter 13): what the first stage's
+    scheduler took in this step, so that every later stage takes the same decisions: the new
+    messages (each encoded), and the tokens of the micro-batch it completed, if any, with the rows
+    whose sampling failed. The last stage returns a micro-batch's tokens to the first in the same
+    form, without messages."""
+
+    messages: list[bytes] = field(default_factory=list)
+    tokens: list[int] | None = None
+    failures: dict[int, str] = field(default_factory=dict)  # batch row -> reason
+
+
 Message = Union[
     GenerateRequest, AbortRequest, ShutdownRequest, TokenOutput, SchedulerStats, FinishedRequests
 ]
 _TYPES: dict[str, type] = {
     cls.__name__: cls
-    for cls in (GenerateRequest, AbortRequest, ShutdownRequest, TokenOutput, SchedulerStats, FinishedRequests)
+    for cls in (GenerateRequest, AbortRequest, ShutdownRequest, TokenOutput, SchedulerStats, FinishedRequests,
+                StageStep)
 }
 
 

@@ -10,7 +10,7 @@ projections stay dense, since that kernel takes one call per 32 inputs).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -68,12 +68,15 @@ def block_quantized_names(reader: GGUFReader) -> set[str]:
 
 
 def iter_gguf_tensors(
-    reader: GGUFReader, num_heads: int, num_kv_heads: int, keep_int4: bool
+    reader: GGUFReader, num_heads: int, num_kv_heads: int, keep_int4: bool, keep: Callable[[str], bool] | None = None
 ) -> Iterator[tuple[str, torch.Tensor | Int4Weight]]:
-    """(Hugging Face name, tensor) for every tensor of the file, in file order. With `keep_int4`,
-    Q4_0 / Q4_1 projection weights come as `Int4Weight`, everything else as float32."""
+    """(Hugging Face name, tensor) for every tensor of the file (that `keep` accepts: a pipeline
+    stage's), in file order. With `keep_int4`, Q4_0 / Q4_1 projection weights come as `Int4Weight`,
+    everything else as float32."""
     for gguf_tensor in reader.tensors:
         name = hf_tensor_name(gguf_tensor.name)
+        if keep is not None and not keep(name):
+            continue
         is_int4 = gguf_tensor.tensor_type in INT4_BLOCK_TYPES
         if keep_int4 and is_int4 and name.endswith("_proj.weight"):
             weight: torch.Tensor | Int4Weight = int4_weight(gguf_tensor)

@@ -3,6 +3,10 @@ q/k norm). Tensor parallelism lives entirely in the layers: this file reads like
 transformer, and each decoder layer holds exactly two all-reduces (o_proj, down_proj) (chapter 07).
 Qwen3-MoE is Qwen3 whose layers may swap the dense MLP for a mixture of experts (the config says
 which; minisgl/layers/moe.py, chapter 14).
+
+With pipeline parallelism (chapter 13) the model is one stage: it builds only its own layers (the
+others are `MissingLayer`s), the embedding on the first stage, the norm and LM head on the last;
+`forward` then takes and returns the hidden states and residual that travel between stages.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from minisgl.layers import (
     AttentionLayer,
     BaseOP,
     MergedColumnParallelLinear,
+    MissingLayer,
     OPList,
     ParallelLMHead,
     QKVParallelLinear,
@@ -26,13 +31,16 @@ from minisgl.layers import (
 )
 
 from .config import ModelConfig
+from .stage import PipelineStage, whole_model
+
+StageTensors = tuple[torch.Tensor, torch.Tensor]  # (hidden states, residual), each [tokens, hidden]
 
 
 class LlamaAttention(BaseOP):
     """qkv_proj (column) -> local attention -> o_proj (row, all-reduce); the decoder layer runs
     qkv_proj (with the norm before it), `forward` the rest."""
 
-    def __init__(self, config: ModelConfig, layer_id: int, rotary: RotaryEmbedding) -> None:
+    def __init__(self, config: ModelConfig, kv_layer: int, rotary: RotaryEmbedding) -> None:
         self.qkv_proj = QKVParallelLinear(
             config.hidden_size, config.head_dim, config.num_heads, config.num_kv_heads, config.qkv_bias
         )
@@ -41,7 +49,7 @@ class LlamaAttention(BaseOP):
             self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
         self.attn = AttentionLayer(
-            layer_id,
+            kv_layer,
             self.qkv_proj.local_q_heads,
             self.qkv_proj.local_kv_heads,
             config.head_dim,
@@ -88,9 +96,12 @@ def make_mlp(config: ModelConfig, layer_id: int) -> LlamaMLP | SparseMoeBlock:
 
 
 class LlamaDecoderLayer(BaseOP):
-    def __init__(self, config: ModelConfig, layer_id: int, rotary: RotaryEmbedding) -> None:
+    def __init__(self, config: ModelConfig, layer_id: int, kv_layer: int, rotary: RotaryEmbedding) -> None:
+        """`layer_id`: the layer's index in the model (the config says by it whether its MLP is a
+        mixture of experts); `kv_layer`: its index in this rank's KV pool (the same without pipeline
+        parallelism)."""
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = LlamaAttention(config, layer_id, rotary)
+        self.self_attn = LlamaAttention(config, kv_layer, rotary)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = make_mlp(config, layer_id)
 
@@ -106,35 +117,52 @@ class LlamaDecoderLayer(BaseOP):
 
 
 class LlamaModel(BaseOP):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, stage: PipelineStage) -> None:
         rotary = RotaryEmbedding(
             config.head_dim, config.max_position_embeddings, config.rope_theta, config.rope_scaling
         )
-        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
-        self.layers = OPList([LlamaDecoderLayer(config, i, rotary) for i in range(config.num_layers)])
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self._stage = stage
+        self.embed_tokens = (VocabParallelEmbedding(config.vocab_size, config.hidden_size)
+                             if stage.holds_embedding else MissingLayer())
+        self.layers = OPList([
+            LlamaDecoderLayer(config, i, stage.kv_layer(i), rotary) if i in stage.layers else MissingLayer()
+            for i in range(config.num_layers)
+        ])
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps) if stage.is_last else MissingLayer()
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        comm_site("embed_tokens")  # where the communication counter files the collectives that follow
-        hidden_states = self.embed_tokens.forward(input_ids)  # [tokens, hidden], all-reduced
-        residual: torch.Tensor | None = None
-        for index, layer in enumerate(self.layers):
-            comm_site(index)
-            hidden_states, residual = layer.forward(positions, hidden_states, residual)
-        hidden_states, _ = self.norm.forward_with_residual(hidden_states, residual)
-        return hidden_states
+    def forward(
+        self, positions: torch.Tensor, hidden_states: torch.Tensor, residual: torch.Tensor | None
+    ) -> StageTensors:
+        """This stage's decoder layers: [tokens, hidden] in, (hidden states, residual) out."""
+        for index in self._stage.layers:
+            comm_site(index)  # where the communication counter files the collectives that follow
+            hidden_states, residual = self.layers[index].forward(positions, hidden_states, residual)
+        assert residual is not None  # every stage holds at least one layer (split_layers)
+        return hidden_states, residual
 
 
 class LlamaForCausalLM(BaseOP):
-    """Decoder + vocab-parallel LM head; `forward(batch)` returns next-token logits per request."""
+    """Decoder + vocab-parallel LM head; `forward(batch)` returns next-token logits per request
+    (on a stage before the last, the hidden states and residual for the next stage)."""
 
-    def __init__(self, config: ModelConfig) -> None:
-        self.model = LlamaModel(config)
-        tied = self.model.embed_tokens if config.tie_word_embeddings else None
-        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, tied)
+    def __init__(self, config: ModelConfig, stage: PipelineStage | None = None) -> None:
+        self._stage = stage or whole_model(config.num_layers, config.tie_word_embeddings)
+        self.model = LlamaModel(config, self._stage)
+        if self._stage.is_last:
+            tied = self.model.embed_tokens if config.tie_word_embeddings else None
+            self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, tied)
 
-    def forward(self, batch: Batch) -> torch.Tensor:
-        hidden_states = self.model.forward(batch.input_ids, batch.positions)  # [tokens, hidden]
+    def forward(self, batch: Batch, carried: StageTensors | None = None) -> torch.Tensor | StageTensors:
+        """`carried`: what the previous stage returned (None on the first stage, which embeds)."""
+        if carried is None:
+            comm_site("embed_tokens")
+            hidden_states, residual = self.model.embed_tokens.forward(batch.input_ids), None  # all-reduced
+        else:
+            hidden_states, residual = carried
+        hidden_states, residual = self.model.forward(batch.positions, hidden_states, residual)  # [tokens, hidden]
+        if not self._stage.is_last:
+            return hidden_states, residual
+        hidden_states, _ = self.model.norm.forward_with_residual(hidden_states, residual)
         # Only each request's last new token is sampled: a 512-token prefill needs 1 row of logits.
         comm_site("lm_head")
         return self.lm_head.forward(hidden_states[batch.last_indices])  # [num_reqs, vocab]

@@ -8,6 +8,7 @@ from typing import Any
 from minisgl.layers import BaseOP
 
 from .llama import LlamaForCausalLM
+from .stage import PipelineStage
 
 # Qwen2 (qkv bias), Qwen3 (q/k norm), Qwen3-MoE (Qwen3 with experts in some or all layers) and
 # Mistral are Llama with config flags; see ModelConfig.
@@ -39,6 +40,8 @@ def check_architecture(raw_config: dict[str, Any]) -> str:
     return name
 
 
-def create_model(config: Any) -> BaseOP:
-    """Build the model's layers (call under `torch.device("meta")` to allocate nothing)."""
-    return MODEL_REGISTRY[config.architecture](config)
+def create_model(config: Any, stage: PipelineStage | None = None) -> BaseOP:
+    """Build the model's layers (call under `torch.device("meta")` to allocate nothing); with a
+    pipeline `stage`, only those this stage holds (chapter 13)."""
+    cls = MODEL_REGISTRY[config.architecture]
+    return cls(config) if stage is None or stage.size == 1 else cls(config, stage)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import safetensors
@@ -23,7 +23,7 @@ from minisgl.layers.quantized import INT8_GROUP_SIZE, Int4Weight, PackedInt8Weig
 
 from .config import ModelConfig, ModelError
 from .expert_weights import ExpertStacker
-from .gguf_weights import block_quantized_names, iter_gguf_tensors, require_model_gguf
+from .gguf_weights import block_quantized_names, hf_tensor_name, iter_gguf_tensors, require_model_gguf
 
 Shardable = torch.Tensor | Int4Weight  # what the loader streams: dense tensors and 4-bit weights
 
@@ -106,12 +106,13 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
     return files
 
 
-def iter_checkpoint(model_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:
-    """Every tensor of the checkpoint, read one at a time."""
+def iter_checkpoint(model_dir: Path, keep: Callable[[str], bool] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor of the checkpoint (those whose name `keep` accepts), read one at a time."""
     for path in checkpoint_files(model_dir):
         with safetensors.safe_open(str(path), framework="pt", device="cpu") as f:
             for name in f.keys():
-                yield name, f.get_tensor(name)
+                if keep is None or keep(name):
+                    yield name, f.get_tensor(name)
 
 
 def shard_and_merge(
@@ -174,10 +175,12 @@ def load_weights(
     dtype: torch.dtype,
     device: torch.device,
     progress: bool = True,
+    keep: Callable[[str], bool] | None = None,
     quantization: str = "none",
     max_quantized_rows: int | None = None,
 ) -> Iterator[tuple[str, Weight]]:
-    """Yield (engine weight name, local weight on `device`) for every weight of the checkpoint.
+    """Yield (engine weight name, local weight on `device`) for every weight of the checkpoint; with
+    `keep`, only of the checkpoint tensors it accepts (a pipeline stage's, chapter 13).
 
     quantization "gguf" reads the checkpoint's GGUF file instead of its safetensors: 4-bit linear
     weights are sharded and merged as `Int4Weight`s, then packed for the CPU int4 kernel, and an LM
@@ -187,13 +190,13 @@ def load_weights(
     int8_head = None  # the LM head weight's name when it becomes a PackedInt8Weight
     if quantization == "gguf":
         reader = GGUFReader(require_model_gguf(model_dir))
-        source = iter_gguf_tensors(reader, config.num_heads, config.num_kv_heads, keep_int4=True)
-        total = len(reader.tensors)
+        source = iter_gguf_tensors(reader, config.num_heads, config.num_kv_heads, keep_int4=True, keep=keep)
+        total = sum(1 for t in reader.tensors if keep is None or keep(hf_tensor_name(t.name)))
         head = "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
         if head in block_quantized_names(reader) and config.hidden_size % INT8_GROUP_SIZE == 0:
             int8_head = head
     else:
-        source, total = iter_checkpoint(model_dir), count_tensors(model_dir)
+        source, total = iter_checkpoint(model_dir, keep), count_tensors(model_dir, keep)
     tensors = tqdm(source, total=total, desc=f"Loading weights (rank {rank})", unit="tensor",
                    disable=not progress, leave=False)
     for name, local in _to_local(tensors, config, rank, tp_size, dtype, device):
@@ -227,11 +230,11 @@ def _to_local(
         yield name, local.to(device) if isinstance(local, torch.Tensor) else local
 
 
-def count_tensors(model_dir: Path) -> int:
+def count_tensors(model_dir: Path, keep: Callable[[str], bool] | None = None) -> int:
     total = 0
     for path in checkpoint_files(model_dir):
         with safetensors.safe_open(str(path), framework="pt", device="cpu") as f:
-            total += len(f.keys())
+            total += sum(1 for name in f.keys() if keep is None or keep(name))
     return total
 
 
@@ -268,12 +271,16 @@ def checkpoint_shapes(config: ModelConfig) -> Iterator[tuple[str, tuple[int, ...
         yield "lm_head.weight", (config.vocab_size, hidden)
 
 
-def dummy_checkpoint(config: ModelConfig, seed: int, device: torch.device) -> Iterator[tuple[str, torch.Tensor]]:
+def dummy_checkpoint(
+    config: ModelConfig, seed: int, device: torch.device, keep: Callable[[str], bool] | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
     """A random checkpoint of `config`, one full tensor at a time, made on `device` (benchmarks of
     shapes without weights). Each tensor draws from its own generator, seeded by `seed` and the
     tensor's name, so every rank of every tp size sees the same full tensor before sharding it:
     dummy weights are the same model at tp = 1, 2, 4, ... Norms are ones, the rest N(0, 0.02²)."""
     for name, shape in checkpoint_shapes(config):
+        if keep is not None and not keep(name):
+            continue  # another pipeline stage's tensor: not even drawn
         if name.endswith("norm.weight"):
             yield name, torch.ones(shape, device=device)
             continue
@@ -282,7 +289,8 @@ def dummy_checkpoint(config: ModelConfig, seed: int, device: torch.device) -> It
 
 
 def load_dummy_weights(
-    config: ModelConfig, rank: int, tp_size: int, dtype: torch.dtype, device: torch.device, seed: int
+    config: ModelConfig, rank: int, tp_size: int, dtype: torch.dtype, device: torch.device, seed: int,
+    keep: Callable[[str], bool] | None = None,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Like `load_weights`, from `dummy_checkpoint` instead of files: the same shard-then-merge."""
-    yield from _to_local(dummy_checkpoint(config, seed, device), config, rank, tp_size, dtype, device)
+    yield from _to_local(dummy_checkpoint(config, seed, device, keep), config, rank, tp_size, dtype, device)

@@ -118,6 +118,9 @@ class Scheduler:
                     self.io.send(self._complete(expecting, tokens, step))
         self._complete_pending()
         self.pending = launched
+        self._send_stats_now_and_then()
+
+    def _send_stats_now_and_then(self) -> None:
         if time.monotonic() - self._stats_sent_at >= STATS_INTERVAL_S:
             self.io.send_stats(self.stats())
             self._stats_sent_at = time.monotonic()
@@ -219,14 +222,14 @@ class Scheduler:
             self._complete_pending()  # retract only requests whose every token is known
             reqs = self._decodable()
         retracted: list[Req] = []
-        while self.kv.missing_pages(reqs) > self.cache.available:
-            victim = next(reversed(self.running.values()))  # the most recently admitted
+        while reqs and self.kv.missing_pages(reqs) > self.cache.available:
+            victim = next(r for r in reversed(self.running.values()) if r in reqs)  # the most recently admitted
             self._retract(victim)
             retracted.append(victim)
             reqs = [r for r in reqs if r is not victim]
         if retracted:
             self.kv.retracted()
-            if self.config.tp_info.is_primary:
+            if self.config.world_rank == 0:  # one line, not one per rank (or pipeline stage)
                 logger.warning(
                     "KV cache full: retracted request(s) %s (%d tokens) to the waiting queue, to be computed again; "
                     "%d running", ", ".join(str(r.uid) for r in retracted), sum(r.total_len for r in retracted),

@@ -26,7 +26,7 @@ from minisgl.kvcache import CACHES
 from minisgl.models.config import MOE_PARALLEL, ModelConfig
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.data_parallel import DP_POLICIES
-from minisgl.scheduler.process import check_ranks_fit_machine
+from minisgl.scheduler.process import check_pipeline, check_ranks_fit_machine
 from minisgl.trace import check_trace_dir
 
 DEFAULT_PORT = 8000
@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     parallel = parser.add_argument_group("processes and devices")
     parallel.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1, metavar="N",
                           help="tensor-parallel ranks, one scheduler process each (default: 1)")
+    parallel.add_argument("--pp-size", "--pipeline-parallel-size", dest="pp_size", type=int, default=1, metavar="N",
+                          help="pipeline stages, each holding a contiguous block of layers and its own tp ranks "
+                               "(default: 1)")
     parallel.add_argument("--dp-size", "--data-parallel-size", dest="dp_size", type=int, default=1, metavar="N",
                           help="data-parallel replicas, each with its own tp ranks and KV cache (default: 1)")
     parallel.add_argument("--dp-policy", default="round-robin", choices=list(DP_POLICIES),
@@ -106,8 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
                                "the next two ports (rank 0's broadcast, the links between nodes)")
     parallel.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                           help="auto = cuda when torch sees a GPU, else cpu")
-    parallel.add_argument("--dist-backend", default=defaults.dist_backend, choices=["auto", "gloo", "nccl", "pynccl"],
-                          help="tensor collectives; auto = pynccl with one GPU per rank, else gloo")
+    parallel.add_argument("--dist-backend", default=defaults.dist_backend,
+                          choices=["auto", "gloo", "nccl", "pynccl", "symm"],
+                          help="tensor collectives; auto = pynccl with one GPU per rank, else gloo; symm = pynccl "
+                               "with PyTorch's symmetric-memory one-shot all-reduce for messages up to 1 MiB")
     parallel.add_argument("--attention-backend", "--attn", dest="attention_backend",
                           default=defaults.attention_backend, choices=list(BACKENDS),
                           help="auto = triton on CUDA (when installed), torch elsewhere; flashinfer = "
@@ -179,6 +184,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
     scheduler = SchedulerConfig(
         model_path=model_path,
         tp_info=DistributedInfo(0, ns.tp_size),
+        pp_info=DistributedInfo(0, ns.pp_size),
         nnodes=ns.nnodes,
         dp_size=ns.dp_size,
         device=device,
@@ -222,7 +228,8 @@ def check_args(args: ServerArgs) -> ServerArgs:
     """Every check that needs no child process; raises `ArgsError` (or `ModelError`) with one line.
     Returns `args` with `served_model_name` filled in."""
     config = args.scheduler
-    positive = {"--tp-size": config.tp_info.size, "--dp-size": config.dp_size, "--nnodes": config.nnodes,
+    positive = {"--tp-size": config.tp_info.size, "--pp-size": config.pp_info.size, "--dp-size": config.dp_size,
+                "--nnodes": config.nnodes,
                 "--num-tokenizers": args.num_tokenizers,
                 "--max-running-requests": config.max_running_requests,
                 "--max-prefill-tokens": config.max_prefill_tokens, "--page-size": config.page_size,
@@ -256,7 +263,11 @@ def check_args(args: ServerArgs) -> ServerArgs:
     model_config = ModelConfig.from_dir(config.model_path)  # a missing or foreign dir fails here
     model_config = model_config.with_moe_parallel(config.moe_parallel)  # "ep" on a dense model fails here
     model_config.check_tp_size(config.tp_info.size)  # "tp_size=2 does not divide ...; valid tp sizes: 1, 3"
-    check_ranks_fit_machine(config.tp_info.size, config.device, config.dp_size, config.nnodes)
+    try:
+        check_pipeline(model_config, config.pp_info.size, config.dp_size, config.nnodes)
+    except ValueError as error:
+        raise ArgsError(f"--pp-size: {error}") from None
+    check_ranks_fit_machine(config.tp_info.size, config.device, config.dp_size, config.nnodes, config.pp_info.size)
     try:  # dtype / quantization "auto" measured once here, so every rank gets the same answer
         config = resolve_precision(config)
     except ValueError as error:

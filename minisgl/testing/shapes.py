@@ -41,7 +41,7 @@ SHAPES: dict[str, dict[str, Any]] = {
         "rope_theta": 10000.0, "max_position_embeddings": 4096,
         "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
     },
-    # Llama-3.1-8B's public config.json (seed 004's example): 32 layers, 8 KV heads, vocab 128256
+    # Llama-3.1-8B's public config.json (chapters 07-09): 32 layers, 8 KV heads, vocab 128256
     "llama-3.1-8b": {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
         "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,

@@ -1,4 +1,4 @@
-"""Chapter 00 quiz (getting started): the map of processes and channels (seed 000, section 1).
+"""Chapter 00 quiz (getting started): the map of processes and channels.
 
 Reference answers: the autograder's keys (never part of a student release), graded by
 `pytest exercises --impl solutions -m ch00`.

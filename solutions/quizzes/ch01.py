@@ -1,4 +1,4 @@
-"""Chapter 01 quiz (TP first principles): column and row parallel linear layers (seed 003, 2-3).
+"""Chapter 01 quiz (TP first principles): column and row parallel linear layers (Megatron-LM, arXiv:1909.08053).
 
 Reference answers: the autograder's keys (never part of a student release), graded by
 `pytest exercises --impl solutions -m ch01`.

@@ -1,4 +1,4 @@
-"""Chapter 02 quiz (launch): spawning one process per rank and waiting for them (seed 000, 3.1).
+"""Chapter 02 quiz (launch): spawning one process per rank and waiting for them.
 
 Reference answers: the autograder's keys (never part of a student release), graded by
 `pytest exercises --impl solutions -m ch02`.
@@ -13,8 +13,8 @@ order: every letter once, in your order, e.g. "dacb".  number: an int or float i
 #   d) spawned processes share the parent's memory pages
 Q1 = "c"
 
-# Q2 (number). In the mini-SGLang launcher of seed 000, with num_tokenizers = 2, how many acks does
-# start_subprocess wait for?
+# Q2 (number). In mini-SGLang's launcher (server/launch.py at commit 20fcd7f), with num_tokenizers = 2,
+# how many acks does start_subprocess wait for?
 Q2 = 4
 
 # Q3 (number). minisgl's ChildGroup of an LLM at tp = 4: how many acks from ranks does it wait for?
@@ -34,7 +34,8 @@ Q4 = "d"
 #   d) after the first request has been served
 Q5 = "b"
 
-# Q6 (choice). In seed 000, what tp_info does the parent process hold right after parsing arguments?
+# Q6 (choice). In mini-SGLang (server/args.py at commit 20fcd7f), what tp_info does the parent process
+# hold right after parsing arguments?
 #   a) DistributedInfo(0, tp_size)
 #   b) None
 #   c) DistributedInfo(tp_size, 0)

@@ -1,4 +1,4 @@
-"""Chapter 03 quiz (communication init): process groups, PyNCCL and the unique id (seed 000, 3.2).
+"""Chapter 03 quiz (communication init): process groups, PyNCCL and the unique id.
 
 Reference answers: the autograder's keys (never part of a student release), graded by
 `pytest exercises --impl solutions -m ch03`.
@@ -6,7 +6,7 @@ choice: one letter, e.g. "b".  multi: every letter that applies, e.g. "bd" (the 
 order: every letter once, in your order, e.g. "dacb".  number: an int or float in the unit asked.
 """
 
-# Q1 (choice). In mini-SGLang (seed 000) at tp > 1 by default, which communicators exist?
+# Q1 (choice). In mini-SGLang (engine/engine.py at commit 20fcd7f) at tp > 1 by default, which communicators exist?
 #   a) an NCCL default group and nothing else
 #   b) an MPI communicator between the processes
 #   c) a gloo group for every tensor, whether on CPU or GPU

@@ -1,4 +1,4 @@
-"""Chapter 04 quiz (weight sharding): shard rules, KV-head replication, streaming (seed 000, 3.3).
+"""Chapter 04 quiz (weight sharding): shard rules, KV-head replication, streaming.
 
 Reference answers: the autograder's keys (never part of a student release), graded by
 `pytest exercises --impl solutions -m ch04`.

@@ -1,4 +1,4 @@
-"""Chapter 05 quiz (vocab parallelism): embedding and LM head split by token id (seed 003, 5).
+"""Chapter 05 quiz (vocab parallelism): embedding and LM head split by token id.
 
 Reference answers: the autograder's keys (never part of a student release), graded by
 `pytest exercises --impl solutions -m ch05`.

@@ -1,4 +1,4 @@
-"""Chapter 06 quiz (rank-0 broadcast): keeping every rank on the same requests (seed 000, 3.4).
+"""Chapter 06 quiz (rank-0 broadcast): keeping every rank on the same requests.
 
 Reference answers: the autograder's keys (never part of a student release), graded by
 `pytest exercises --impl solutions -m ch06`.

@@ -1,4 +1,4 @@
-"""Chapter 07 quiz (the TP decoder layer): where the two all-reduces sit (seed 003 12, seed 004).
+"""Chapter 07 quiz (the TP decoder layer): where the two all-reduces sit.
 
 Reference answers: the autograder's keys (never part of a student release), graded by
 `pytest exercises --impl solutions -m ch07`.

@@ -1,4 +1,4 @@
-"""Chapter 08 quiz (process structures): vLLM versus SGLang and minisgl (seed 004).
+"""Chapter 08 quiz (process structures): vLLM versus SGLang and minisgl.
 
 Reference answers: the autograder's keys (never part of a student release), graded by
 `pytest exercises --impl solutions -m ch08`.

@@ -1,4 +1,5 @@
-"""Chapter 09 quiz (communication volume): the seed's numbers for Llama-3.1-8B in bf16 (seed 004).
+"""Chapter 09 quiz (communication volume): the numbers for Llama-3.1-8B in bf16, from its
+public config.json.
 
 Reference answers: the autograder's keys (never part of a student release), graded by
 `pytest exercises --impl solutions -m ch09`.

@@ -1,5 +1,5 @@
 """Chapter 10 quiz (the GPU path): launch-bound decode, the HBM floor, CUDA graphs, overlap
-scheduling, and why PyNCCL rather than gloo on GPUs (benchmark/GPU_RESULTS.md, seed 004).
+scheduling, and why PyNCCL rather than gloo on GPUs (benchmark/GPU_RESULTS.md, chapter 09).
 
 Reference answers: the autograder's keys (never part of a student release), graded by
 `pytest exercises --impl solutions -m ch10`.
