@@ -1,25 +1,92 @@
-"""Offline decode throughput: the same prompts through minisgl and through transformers' batched
-`generate`, in one run, on this machine. Prints tok/s for both and the ratio.
+"""Offline decode throughput on this CPU, side by side in one run: llama.cpp on the same GGUF file
+(single stream), transformers' batched `generate`, and minisgl at several batch sizes with fp32,
+bf16 and 4-bit GGUF weights. Before the runs it measures this machine's read bandwidth and matmul
+peak, and prints each result as a fraction of them: the bandwidth floor (every weight byte read
+once per decode step) at batch 1, the matmul peak (2 flops per weight per token) at batch >= 16.
+For minisgl's bf16 and GGUF runs it also counts the greedy answers equal to its fp32 run's.
+For minisgl's bf16 and GGUF runs it also counts the greedy answers equal to its fp32 run's.
 
-    python benchmark/offline_throughput.py                      # embedded SmolLM2, batches 1, 16, 32
-    python benchmark/offline_throughput.py --batch-sizes 1 32 --new-tokens 64 --tp 1
+    python benchmark/offline_throughput.py                         # everything, embedded SmolLM2
+    python benchmark/offline_throughput.py --batch-sizes 1 32 --new-tokens 32 --minisgl float32 gguf
     python benchmark/offline_throughput.py --until-eos --new-tokens 256   # chat-like: stop at EOS
 
-With `--until-eos` every request stops at its end-of-sequence token and only real tokens count:
-transformers' static batch keeps stepping finished rows until the longest is done, minisgl's
-continuous batch shrinks as requests finish.
+llama.cpp runs only when `llama-cpp-python` is importable; without it the script says so and skips
+that row. It is a benchmark-only dependency (the `bench` extra, not part of `make install`) that
+compiles llama.cpp from source with cmake and a C++ compiler, for this CPU (GGML_NATIVE is on by
+default; CMAKE_ARGS passes other llama.cpp build options): 10 to 30 minutes on 2 cores.
+
+    CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) .venv/bin/pip install "llama-cpp-python==0.3.36"
+
+Every engine gets `--threads` threads (default: all cores). Close other programs first: the script
+prints the load average before and after, and a busy machine's numbers are not worth keeping.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
+import statistics
 import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+from gguf import GGUFReader
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from minisgl import LLM, SamplingParams
+from minisgl.layers.quantized import PackedWeight
 from minisgl.models.default_model import ensure_default_model
+from minisgl.models.gguf_weights import find_model_gguf
+
+LLAMA_CPP_INSTALL = 'CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) .venv/bin/pip install "llama-cpp-python==0.3.36"'
+MINISGL_VARIANTS = {"float32": dict(dtype="float32", quantization="none"),
+                    "bfloat16": dict(dtype="bfloat16", quantization="none"),
+                    "gguf": dict(dtype="auto", quantization="gguf")}  # 4-bit weights, dtype as auto picks
+
+
+@dataclass
+class Machine:
+    threads: int
+    read_gbs: float  # GB/s of a large sequential read
+    peak_gflops: dict[str, float]  # dtype -> GFLOP/s of a large matmul
+
+
+@dataclass
+class Result:
+    engine: str
+    weights: str
+    batch: int
+    tok_s: float
+    bytes_per_step: int  # weight bytes one decode step reads
+    same_as_fp32: str = ""  # minisgl: "k/n" greedy answers equal to minisgl fp32's at this batch
+
+
+def measure_machine(threads: int) -> Machine:
+    """Read bandwidth (sum of 512 MiB) and matmul peak (F.linear of 512 rows by a 1536 x 1536
+    weight, the call the engine makes; a square `a @ a` in bf16 takes a much slower path on AVX2),
+    median of 5 and 3 runs."""
+    torch.set_num_threads(threads)
+    big = torch.ones(128 << 20)  # 512 MiB of fp32: far past any cache
+    read_s = median_seconds(lambda: big.sum(), 5)
+    peak = {}
+    for name in ("float32", "bfloat16"):
+        x, weight = torch.randn(512, 1536).to(getattr(torch, name)), torch.randn(1536, 1536).to(getattr(torch, name))
+        peak[name] = 2 * 512 * 1536**2 / median_seconds(lambda: F.linear(x, weight), 3) / 1e9
+    return Machine(threads, big.numel() * 4 / read_s / 1e9, peak)
+
+
+def median_seconds(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def make_prompts(tokenizer, count: int, seed: int) -> list[list[int]]:
@@ -37,8 +104,8 @@ def make_prompts(tokenizer, count: int, seed: int) -> list[list[int]]:
     return prompts
 
 
-def run_transformers(model, tokenizer, prompts: list[list[int]], new_tokens: int, until_eos: bool) -> tuple[int, float]:
-    """(real tokens generated, seconds) for one batched greedy `generate` (left-padded)."""
+def run_transformers(model, tokenizer, prompts: list[list[int]], new_tokens: int, until_eos: bool) -> float:
+    """Generated tokens per second of one batched greedy `generate` (left-padded)."""
     tokenizer.padding_side = "left"
     batch = tokenizer.pad({"input_ids": prompts}, return_tensors="pt")
     eos = model.generation_config.eos_token_id
@@ -49,55 +116,162 @@ def run_transformers(model, tokenizer, prompts: list[list[int]], new_tokens: int
                                 do_sample=False, pad_token_id=tokenizer.pad_token_id or 0)
     elapsed = time.perf_counter() - start
     if not until_eos:
-        return len(prompts) * new_tokens, elapsed
+        return len(prompts) * new_tokens / elapsed
     real = 0
     for row in output[:, batch["input_ids"].shape[1] :].tolist():
         ends = [i for i, token in enumerate(row) if token in eos_ids]
         real += ends[0] + 1 if ends else len(row)  # up to and including the first EOS
-    return real, elapsed
+    return real / elapsed
 
 
-def run_minisgl(llm: LLM, prompts: list[list[int]], new_tokens: int, until_eos: bool) -> tuple[int, float]:
+def run_minisgl(
+    llm: LLM, prompts: list[list[int]], new_tokens: int, until_eos: bool
+) -> tuple[float, list[list[int]]]:
+    """Generated tokens per second, and the greedy answers."""
     params = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=not until_eos)
     start = time.perf_counter()
     outputs = llm.generate(prompts, params)
-    elapsed = time.perf_counter() - start
-    return sum(len(o.token_ids) for o in outputs), elapsed
+    tok_s = sum(len(o.token_ids) for o in outputs) / (time.perf_counter() - start)
+    return tok_s, [o.token_ids for o in outputs]
+
+
+def run_llama_cpp(gguf_path: Path, prompt: list[int], new_tokens: int, threads: int) -> float:
+    """Single-stream tokens per second of llama.cpp, prompt processing included as for the others."""
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=str(gguf_path), n_threads=threads, n_threads_batch=threads, n_ctx=1024, verbose=False)
+
+    def generate(count: int) -> None:
+        for produced, _ in enumerate(llm.generate(prompt, temp=0.0, reset=True), start=1):
+            if produced == count:
+                break
+
+    generate(4)  # warm-up
+    start = time.perf_counter()
+    generate(new_tokens)
+    return new_tokens / (time.perf_counter() - start)
+
+
+def gguf_weight_type(gguf_path: Path) -> str:
+    """The block type that holds most of a GGUF file's weights, e.g. "Q4_1"."""
+    counts = Counter()
+    for tensor in GGUFReader(gguf_path).tensors:
+        counts[tensor.tensor_type.name] += int(tensor.n_elements)
+    return counts.most_common(1)[0][0]
+
+
+def minisgl_step_bytes(llm: LLM) -> int:
+    """Weight bytes a decode step of a few rows reads (quantized weights without their dense copy)."""
+    engine = llm._backend.scheduler.engine
+    total = 0
+    for name, weight in engine.model.state_dict().items():
+        if isinstance(weight, PackedWeight):
+            total += weight.kernel_bytes
+        elif not (name.endswith("embed_tokens.weight") and not engine.model_config.tie_word_embeddings):
+            total += weight.nbytes  # an untied embedding is only looked up, one row per token
+    return total
+
+
+def flops_per_token(model) -> int:
+    """2 flops per weight of every matmul: the decoder's linear layers and the LM head."""
+    linear = sum(p.numel() for n, p in model.named_parameters() if n.endswith("_proj.weight"))
+    return 2 * (linear + model.config.vocab_size * model.config.hidden_size)
+
+
+def report(results: list[Result], machine: Machine, flops: int, dtype_of: dict[str, str]) -> None:
+    baseline = {r.batch: r.tok_s for r in results if r.engine == "transformers" and r.weights == "float32"}
+    print(f"\n{'engine':<13}{'weights':<26}{'batch':>5}{'tok/s':>9}{'vs hf fp32':>11}{'=fp32':>7}  of the machine")
+    for r in results:
+        ratio = f"{r.tok_s / baseline[r.batch]:.2f}x" if r.batch in baseline else "-"
+        if r.batch == 1:
+            floor = machine.read_gbs * 1e9 / r.bytes_per_step  # tok/s if only the weight reads took time
+            megabytes = r.bytes_per_step / 1e6
+            share = f"{r.tok_s / floor:5.1%} of bandwidth floor ({floor:.0f} tok/s, {megabytes:.0f} MB/step)"
+        else:
+            dtype = dtype_of.get(r.weights, "float32")
+            peak = machine.peak_gflops[dtype]
+            share = f"{r.tok_s * flops / 1e9 / peak:5.1%} of {dtype} matmul peak"
+        print(f"{r.engine:<13}{r.weights:<26}{r.batch:>5}{r.tok_s:>9.1f}{ratio:>11}{r.same_as_fp32:>7}  {share}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="checkpoint dir (default: the embedded SmolLM2)")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16, 32])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16, 32, 64])
     parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--tp", type=int, default=1)
-    parser.add_argument("--dtype", default="float32", help="both engines use it (fp32: fair on AVX2-only CPUs)")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--transformers", nargs="*", default=["float32", "bfloat16"], help="dtypes (none: skip)")
+    parser.add_argument("--minisgl", nargs="*", default=list(MINISGL_VARIANTS), choices=list(MINISGL_VARIANTS))
     parser.add_argument("--until-eos", action="store_true", help="stop each request at EOS (chat-like)")
     args = parser.parse_args()
 
-    torch.set_num_threads(args.threads)
-    model_dir = args.model or ensure_default_model()
-    dtype = getattr(torch, args.dtype)
+    model_dir = Path(args.model) if args.model else ensure_default_model()
+    gguf_path = find_model_gguf(model_dir)
+    load = os.getloadavg()[0]
+    machine = measure_machine(args.threads)
+    print(f"model {model_dir.name}, {args.threads} threads, load average {load:.1f}, "
+          + (f"up to {args.new_tokens} tokens, stop at EOS" if args.until_eos else f"{args.new_tokens} new tokens"))
+    print(f"machine: {torch.backends.cpu.get_cpu_capability()}, read {machine.read_gbs:.1f} GB/s, matmul peak "
+          + ", ".join(f"{d} {g:.1f} GFLOP/s" for d, g in machine.peak_gflops.items()))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    hf_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
-    llm = LLM(model_dir, tp_size=args.tp, dtype=args.dtype, progress=False)
-    warmup = make_prompts(tokenizer, 2, seed=99)
-    run_minisgl(llm, warmup, 4, False)
-    run_transformers(hf_model, tokenizer, warmup, 4, False)
+    prompts = {batch: make_prompts(tokenizer, batch, seed=batch) for batch in args.batch_sizes}
+    results: list[Result] = []
+    dtype_of = {"float32": "float32", "bfloat16": "bfloat16"}  # weights label -> dtype of its matmuls
 
-    print(f"model {model_dir.name if hasattr(model_dir, 'name') else model_dir}, {args.dtype}, "
-          f"{args.threads} threads, tp={args.tp}, "
-          + (f"up to {args.new_tokens} tokens, stop at EOS" if args.until_eos
-             else f"{args.new_tokens} new tokens per request"))
-    print(f"{'batch':>5} {'transformers tok/s':>19} {'minisgl tok/s':>14} {'ratio':>6}")
-    for batch_size in args.batch_sizes:
-        prompts = make_prompts(tokenizer, batch_size, seed=batch_size)
-        hf_tokens, hf_seconds = run_transformers(hf_model, tokenizer, prompts, args.new_tokens, args.until_eos)
-        ours_tokens, ours_seconds = run_minisgl(llm, prompts, args.new_tokens, args.until_eos)
-        hf_rate, ours_rate = hf_tokens / hf_seconds, ours_tokens / ours_seconds
-        print(f"{batch_size:>5} {hf_rate:>19.1f} {ours_rate:>14.1f} {ours_rate / hf_rate:>5.1f}x", flush=True)
-    llm.shutdown()
+    if importlib.util.find_spec("llama_cpp") is None:
+        print(f"llama.cpp skipped: llama-cpp-python is not installed; it builds llama.cpp from source "
+              f"(cmake, a C++ compiler, 10-30 min on 2 cores):\n    {LLAMA_CPP_INSTALL}")
+    elif gguf_path is None:
+        print(f"llama.cpp skipped: no *.gguf file next to the checkpoint in {model_dir}")
+    elif 1 not in prompts:
+        print("llama.cpp skipped: it runs a single stream, and --batch-sizes has no 1")
+    else:
+        file_bytes = sum(int(t.n_bytes) for t in GGUFReader(gguf_path).tensors)
+        tok_s = run_llama_cpp(gguf_path, prompts[1][0], args.new_tokens, args.threads)
+        results.append(Result("llama.cpp", gguf_weight_type(gguf_path), 1, tok_s, file_bytes))
+        print(f"llama.cpp done: {tok_s:.1f} tok/s", flush=True)
+
+    flops = 0
+    for name in args.transformers:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, name)).eval()
+        flops = flops_per_token(model)
+        step_bytes = sum(p.nbytes for n, p in model.named_parameters() if not n.endswith("embed_tokens.weight")
+                         or model.config.tie_word_embeddings)
+        torch.set_num_threads(args.threads)
+        run_transformers(model, tokenizer, make_prompts(tokenizer, 2, seed=99), 4, False)  # warm-up
+        for batch in args.batch_sizes:
+            tok_s = run_transformers(model, tokenizer, prompts[batch], args.new_tokens, args.until_eos)
+            results.append(Result("transformers", name, batch, tok_s, step_bytes))
+            print(f"transformers {name} batch {batch}: {tok_s:.1f} tok/s", flush=True)
+        del model
+
+    answers: dict[tuple[str, int], list[list[int]]] = {}  # (variant, batch) -> greedy answers
+    for variant in args.minisgl:
+        if variant == "gguf" and gguf_path is None:
+            print("minisgl gguf skipped: no *.gguf next to the checkpoint")
+            continue
+        # cpu_threads: the engine runs, and dtype "auto" probes, with --threads threads
+        llm = LLM(model_dir, progress=False, cpu_threads=args.threads, **MINISGL_VARIANTS[variant])
+        config = llm.config  # what dtype / quantization "auto" resolved to
+        label = variant if variant != "gguf" else f"gguf <={config.max_quantized_rows} rows, {config.dtype}"
+        dtype_of[label] = config.dtype
+        step_bytes = minisgl_step_bytes(llm)
+        run_minisgl(llm, make_prompts(tokenizer, 2, seed=99), 4, False)  # warm-up
+        for batch in args.batch_sizes:
+            tok_s, answers[variant, batch] = run_minisgl(llm, prompts[batch], args.new_tokens, args.until_eos)
+            same = ""
+            if variant != "float32" and ("float32", batch) in answers:
+                equal = sum(a == b for a, b in zip(answers[variant, batch], answers["float32", batch]))
+                same = f"{equal}/{batch}"
+            results.append(Result("minisgl", label, batch, tok_s, step_bytes, same))
+            print(f"minisgl {label} batch {batch}: {tok_s:.1f} tok/s", flush=True)
+        llm.shutdown()
+
+    if not flops:
+        flops = flops_per_token(AutoModelForCausalLM.from_pretrained(model_dir))
+    report(results, machine, flops, dtype_of)
+    print(f"\nload average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+          + ("  -- BUSY MACHINE: these numbers are not reliable" if os.getloadavg()[0] > 0.5 + args.threads else ""))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-import platform
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -170,18 +169,24 @@ def check_embedded_model() -> Check:
 
 
 def check_cpu() -> Check:
-    """Which dtype `auto` picks here: bf16 only where the CPU computes it natively."""
+    """What `dtype="auto"` picks on this CPU for the embedded model, and the probe's numbers behind it."""
     try:
         import torch
 
-        from minisgl.engine.engine import resolve_dtype
+        from minisgl.engine.precision import cached_probe, choose_precision, cpu_name, describe
+        from minisgl.models.config import ModelConfig
+        from minisgl.models.default_model import default_model_dir, is_complete_checkpoint
+        from minisgl.models.gguf_weights import find_model_gguf
     except ImportError as error:
         return Check("cpu", "FAIL", f"cannot import minisgl's engine ({error})", "make install")
-    dtype = resolve_dtype("auto", torch.device("cpu"))
-    why = "this CPU computes bf16 natively" if dtype == torch.bfloat16 else "no native bf16 here"
     cores = os.cpu_count() or 1
-    dtype_name = str(dtype).removeprefix("torch.")
-    return Check("cpu", "OK", f"{platform.machine()}, {cores} cores; dtype auto -> {dtype_name} ({why})")
+    machine = f"{cpu_name()}, {cores} cores, {torch.backends.cpu.get_cpu_capability()}"
+    model_dir = default_model_dir()
+    if not is_complete_checkpoint(model_dir):
+        return Check("cpu", "OK", f"{machine}; dtype auto is measured when the embedded model first starts")
+    probe = cached_probe(ModelConfig.from_dir(model_dir), tp_size=1, threads=cores)  # a few seconds, once
+    choice = choose_precision(probe, allow_quantized=find_model_gguf(model_dir) is not None)
+    return Check("cpu", "OK", f"{machine}; dtype auto -> {describe(choice)} for SmolLM2 ({choice.why})")
 
 
 CHECKS: list[Callable[[], Check]] = [

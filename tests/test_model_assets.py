@@ -12,12 +12,8 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
 
 from minisgl.models import default_model
-from minisgl.models.default_model import (
-    CHECKPOINT_FILES,
-    ensure_default_model,
-    find_gguf_file,
-    undo_llama_cpp_rope_permutation,
-)
+from minisgl.models.default_model import CHECKPOINT_FILES, SOURCE_GGUF_LINK, ensure_default_model, find_gguf_file
+from minisgl.models.gguf_weights import undo_llama_cpp_rope_permutation
 from minisgl.testing.tiny_models import TINY_MODEL_SPECS, head_dim, make_tiny_model
 
 TINY_NAMES = list(TINY_MODEL_SPECS)
@@ -160,6 +156,11 @@ def test_default_model_config(default_model_dir: Path) -> None:
     assert config.rope_parameters["rope_theta"] == 100000.0
     assert (config.bos_token_id, config.eos_token_id) == (1, 2)
     assert "lm_head.weight" not in tensor_names(default_model_dir)
+
+
+def test_converted_model_links_its_gguf_for_the_quantized_path(default_model_dir: Path) -> None:
+    link = default_model_dir / SOURCE_GGUF_LINK
+    assert link.is_symlink() and link.resolve() == find_gguf_file().resolve()
 
 
 def test_ensure_default_model_is_a_quick_no_op_once_converted(default_model_dir: Path) -> None:

@@ -66,6 +66,7 @@ def assert_all_gone(processes: list[psutil.Process], timeout_s: float = 10.0) ->
         (["--dist-backend", "nccl", "--device", "cpu"], "needs one GPU per rank"),
         (["--cuda-graph-max-bs", "-1"], "--cuda-graph-max-bs must be >= 0"),
         (["--attn", "flashinfer"], "attention backend 'flashinfer' runs on CUDA only"),
+        (["--quantization", "gguf", "--load-format", "dummy"], "--load-format dummy has no GGUF to quantize from"),
     ],
 )
 def test_bad_flags_fail_fast_with_one_line(args, message):

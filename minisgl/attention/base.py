@@ -77,11 +77,20 @@ def resolve_attention_backend(name: str, device: torch.device) -> str:
 
 
 def create_attention_backend(
-    name: str, pool: KVCachePool, device: torch.device, max_seq_len: int, max_requests: int, local_q_heads: int = 0
+    name: str, pool: KVCachePool, device: torch.device, max_seq_len: int, max_requests: int, local_q_heads: int = 0,
+    batch_invariant: bool = False,
 ) -> AttentionBackend:
     """`max_seq_len` and `max_requests` size the device page table of the Triton and FlashInfer
-    backends; FlashInfer also plans with the number of query heads on this rank."""
+    backends; FlashInfer also plans with the number of query heads on this rank. `batch_invariant`
+    (--deterministic) takes the fixed-tile torch backend."""
     name = resolve_attention_backend(name, device)
+    if batch_invariant:
+        if name != "torch":
+            raise ValueError(f"--deterministic runs attention in its own batch-invariant torch backend; "
+                             f"it cannot use the {name!r} backend")
+        from .batch_invariant import BatchInvariantAttentionBackend
+
+        return BatchInvariantAttentionBackend(pool)
     if name == "flashinfer":
         if local_q_heads <= 0:
             raise ValueError("the flashinfer attention backend needs local_q_heads (query heads on this rank)")

@@ -5,6 +5,7 @@ machine (chapter 12)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,7 +22,7 @@ class EngineConfig:
     tp_info: DistributedInfo = field(default_factory=lambda: DistributedInfo(0, 1))
     pp_info: DistributedInfo = field(default_factory=lambda: DistributedInfo(0, 1))  # pipeline stage (chapter 13)
     device: str = "cpu"  # "cpu" or "cuda"; rank r of a CUDA run uses cuda:{r % device_count}
-    dtype: str = "auto"  # auto: bf16 on CUDA and on CPUs with native bf16, else fp32
+    dtype: str = "auto"  # auto: bf16 on CUDA; on a CPU, what a start-up probe finds fastest (precision.py)
     page_size: int = 1
     num_pages: int | None = None  # KV pages; None sizes the pool from kv_memory_gb / free memory
     kv_memory_gb: float | None = None
@@ -35,6 +36,11 @@ class EngineConfig:
     cpu_threads: int | None = None  # torch threads of a CPU rank; None: this machine's cores / its ranks
     dist_timeout_s: float = 600.0
     load_format: str = "safetensors"  # or "dummy": random weights from config.json alone
+    quantization: str = "auto"  # "gguf": 4-bit linear weights (8-bit LM head) from the checkpoint's GGUF (CPU);
+    # "none"; auto: gguf when dtype is auto, a GGUF is there, and the probe finds it faster
+    max_quantized_rows: int | None = None  # with gguf: batches up to this many rows take the int4/int8 kernels,
+    # larger ones dense weights; None: the probe's crossover
+    deterministic: bool = False  # batch-invariant: a request's tokens never depend on its batch (CPU)
     moe_parallel: str = "tp"  # a mixture-of-experts model's experts: "tp" splits each one, "ep" places
     # whole experts per rank and sends tokens to them (chapter 14)
     seed: int = 0
@@ -63,6 +69,12 @@ class EngineConfig:
     def local_world_size(self) -> int:
         """Scheduler processes on this machine: this node's share of the ranks, for every replica."""
         return self.dp_size * self.world_size // self.nnodes
+
+    @property
+    def rank_cpu_threads(self) -> int:
+        """Torch threads of one CPU rank: `cpu_threads`, else this machine's cores shared by its ranks
+        (oversubscribed threads slow every rank down)."""
+        return self.cpu_threads or max(1, (os.cpu_count() or 1) // self.local_world_size)
 
     @property
     def local_rank(self) -> int:

@@ -39,6 +39,7 @@ from minisgl.distributed.symm_mem import enable_symm_mem, keep_multicast_off, sy
 from minisgl.distributed.rendezvous import rendezvous
 from minisgl.kvcache import KVCachePool
 from minisgl.layers import local_kv_heads, use_tp_ops
+from minisgl.layers.batch_invariant import set_batch_invariant
 from minisgl.models.config import ModelConfig
 from minisgl.models.registry import create_model
 from minisgl.models.stage import PipelineStage
@@ -48,6 +49,7 @@ from minisgl.trace import TRACE
 from .config import EngineConfig
 from .cuda_graph import CudaGraphRunner
 from .placeholders import resolve_placeholders
+from .precision import resolve_precision
 from .sampler import sample
 
 logger = logging.getLogger(__name__)
@@ -71,17 +73,18 @@ class TokenFuture:
 
 class Engine:
     def __init__(self, config: EngineConfig) -> None:
-        self.config = config
-        self.model_path = Path(config.model_path)
         tp = config.tp_info
         set_tp_info(tp.rank, tp.size)  # first: every layer constructor reads it
         use_tp_ops(config.tp_ops)  # None: the layers' and the loader's own code (chapter 15)
+        self.model_path = Path(config.model_path)
         self.model_config = ModelConfig.from_dir(self.model_path).with_moe_parallel(config.moe_parallel)
         self.model_config.check_tp_size(tp.size)
         self.stage = PipelineStage.of(config.pp_info.rank, config.pp_info.size, self.model_config.num_layers,
                                       self.model_config.tie_word_embeddings)
         self.device = _bind_device(config)
-        self.dtype = resolve_dtype(config.dtype, self.device)
+        self.config = config = resolve_precision(config)  # "auto" measured here, unless the launcher did
+        self.dtype = resolve_dtype(config.dtype)
+        set_batch_invariant(config.deterministic)
         self.dist_backend = resolve_dist_backend(config.dist_backend, self.device, tp.size, config.local_world_size,
                                                  config.moe_parallel)
         self.world_group: dist.ProcessGroup | None = None  # every rank of every stage (the TP group without PP)
@@ -108,7 +111,7 @@ class Engine:
         self.attn_backend = create_attention_backend(
             config.attention_backend, self.kv_pool, self.device,
             self.model_config.max_position_embeddings, config.max_running_requests,
-            local_q_heads=self.model_config.num_heads // tp.size,
+            local_q_heads=self.model_config.num_heads // tp.size, batch_invariant=config.deterministic,
         )
         self.overlap = config.overlap_schedule if config.overlap_schedule is not None else self.device.type == "cuda"
         self.overlap = self.overlap and self.stage.size == 1  # a pipeline keeps several batches in flight instead
@@ -200,10 +203,11 @@ class Engine:
             loaded = load_weights(
                 self.model_path, self.model_config, tp.rank, tp.size, self.dtype, self.device,
                 progress=self.config.progress and self.config.world_rank == 0, keep=keep,
+                quantization=self.config.quantization, max_quantized_rows=self.config.max_quantized_rows,
             )
         for name, tensor in loaded:
             self.model.set_weight(name, tensor)
-        still_empty = [name for name, t in self.model.state_dict().items() if t.is_meta]
+        still_empty = [name for name, w in self.model.state_dict().items() if isinstance(w, torch.Tensor) and w.is_meta]
         if still_empty:
             raise ValueError(f"checkpoint has no tensor for {still_empty[:3]}")
 
@@ -363,13 +367,8 @@ class Engine:
         COMM_COUNTER.configure(counting=False)
 
 
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """`auto` is bf16 on CUDA and on CPUs with native bf16 math; fp32 elsewhere (an AVX2-only CPU
-    runs a bf16 matmul about 100x slower than fp32)."""
-    if name == "auto":
-        if device.type == "cuda" or _cpu_has_fast_bf16():
-            return torch.bfloat16
-        return torch.float32
+def resolve_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a dtype name ("auto" is resolved before, by `resolve_precision`)."""
     dtypes = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
               "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
     if name not in dtypes:
@@ -400,19 +399,9 @@ def resolve_dist_backend(
     return name
 
 
-def _cpu_has_fast_bf16() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags
-
-
 def _bind_device(config: EngineConfig) -> torch.device:
     if config.device == "cpu":
-        # ranks share the cores: oversubscribed threads slow every rank down
-        torch.set_num_threads(config.cpu_threads or max(1, (os.cpu_count() or 1) // config.local_world_size))
+        torch.set_num_threads(config.rank_cpu_threads)
         return torch.device("cpu")
     if config.device == "cuda":
         if not torch.cuda.is_available():

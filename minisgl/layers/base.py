@@ -1,9 +1,10 @@
 """`BaseOP`: a layer is plain tensors plus child layers; its state dict is read off its attributes.
 
 No nn.Module machinery: inference needs no autograd, hooks or buffers. Public tensor attributes
-are weights, public `BaseOP` / `OPList` attributes are children, and names starting with `_` are
-private (caches, tied references). The dotted names match Hugging Face checkpoints after the
-loader's q/k/v and gate/up merges (chapter 04).
+are weights (a quantized weight is a `PackedWeight` instead, chapter 04), public `BaseOP` /
+`OPList` attributes are children, and names starting with `_` are private (caches, tied
+references). The dotted names match Hugging Face checkpoints after the loader's q/k/v and gate/up
+merges (chapter 04).
 """
 
 from __future__ import annotations
@@ -12,6 +13,11 @@ from collections.abc import Iterator, Sequence
 from typing import Generic, TypeVar
 
 import torch
+
+from .quantized import PackedWeight
+
+Weight = torch.Tensor | PackedWeight  # what a layer holds and the loader sets
+WEIGHT_TYPES = (torch.Tensor, PackedWeight)
 
 
 class BaseOP:
@@ -22,19 +28,19 @@ class BaseOP:
             if not name.startswith("_") and isinstance(value, BaseOP):
                 yield name, value
 
-    def state_dict(self, prefix: str = "") -> dict[str, torch.Tensor]:
-        """Every weight tensor of this op and its children, by dotted name."""
-        state: dict[str, torch.Tensor] = {}
+    def state_dict(self, prefix: str = "") -> dict[str, Weight]:
+        """Every weight of this op and its children, by dotted name."""
+        state: dict[str, Weight] = {}
         for name, value in vars(self).items():
             if name.startswith("_"):
                 continue
-            if isinstance(value, torch.Tensor):
+            if isinstance(value, WEIGHT_TYPES):
                 state[prefix + name] = value
             elif isinstance(value, BaseOP):
                 state.update(value.state_dict(f"{prefix}{name}."))
         return state
 
-    def set_weight(self, dotted_name: str, tensor: torch.Tensor) -> None:
+    def set_weight(self, dotted_name: str, tensor: Weight) -> None:
         """Replace the weight at `dotted_name` (e.g. `layers.3.mlp.down_proj.weight`)."""
         owner_path, _, attr = dotted_name.rpartition(".")
         owner: BaseOP = self
@@ -43,7 +49,7 @@ class BaseOP:
             if not isinstance(owner, BaseOP):
                 raise KeyError(f"unexpected weight {dotted_name!r}: no layer at {part!r}")
         current = getattr(owner, attr, None)
-        if not isinstance(current, torch.Tensor) or attr.startswith("_"):
+        if not isinstance(current, WEIGHT_TYPES) or attr.startswith("_"):
             raise KeyError(f"unexpected weight {dotted_name!r}")
         if current.shape != tensor.shape:
             raise ValueError(
@@ -76,8 +82,8 @@ class OPList(BaseOP, Generic[OP]):
     def __len__(self) -> int:
         return len(self._ops)
 
-    def state_dict(self, prefix: str = "") -> dict[str, torch.Tensor]:
-        state: dict[str, torch.Tensor] = {}
+    def state_dict(self, prefix: str = "") -> dict[str, Weight]:
+        state: dict[str, Weight] = {}
         for index, op in enumerate(self._ops):
             state.update(op.state_dict(f"{prefix}{index}."))
         return state

@@ -13,8 +13,9 @@ import torch.nn.functional as F
 
 from minisgl.distributed import all_gather, all_reduce, get_tp_info
 
-from .base import BaseOP
+from .base import BaseOP, Weight
 from .linear import linear
+from .quantized import dense_table
 from .tp_ops import custom_tp_ops
 
 
@@ -38,11 +39,12 @@ class VocabParallelEmbedding(BaseOP):
         ops = custom_tp_ops()
         if ops is not None:  # the capstone's seam (tp_ops.py)
             return ops.vocab_embedding(input_ids, self.weight, self.vocab_size)
+        table = dense_table(self.weight)  # a tied 8-bit LM head keeps the dense rows beside its codes (ch. 04)
         if get_tp_info().size == 1:  # the whole table is here; the seam's all-reduce is the identity
-            return all_reduce(F.embedding(input_ids, self.weight))
+            return all_reduce(F.embedding(input_ids, table))
         in_shard = (input_ids >= self.vocab_start) & (input_ids < self.vocab_end)  # [tokens]
         local_ids = torch.where(in_shard, input_ids - self.vocab_start, 0)
-        embeddings = F.embedding(local_ids, self.weight)  # [tokens, hidden]
+        embeddings = F.embedding(local_ids, table)  # [tokens, hidden]
         embeddings = embeddings * in_shard.unsqueeze(-1).to(embeddings.dtype)  # zero foreign ids
         return all_reduce(embeddings)
 
@@ -63,7 +65,7 @@ class ParallelLMHead(BaseOP):
         if tied_embedding is None:
             self.weight = torch.empty(self.shard_size, hidden_size)  # [shard_size, hidden]
 
-    def local_weight(self) -> torch.Tensor:
+    def local_weight(self) -> Weight:
         if self._tied_embedding is not None:
             return self._tied_embedding.weight
         return self.weight

@@ -22,8 +22,10 @@ from minisgl.distributed import all_reduce, get_tp_info
 from minisgl.kernel import use_small_batch_kernel
 
 from .activation import silu_and_mul
-from .base import BaseOP
+from .base import BaseOP, Weight
+from .batch_invariant import batch_invariant, in_row_tiles
 from .norm import RMSNorm
+from .quantized import PackedWeight
 from .tp_ops import custom_tp_ops
 
 
@@ -160,10 +162,16 @@ class RowParallelLinear(_LinearBase):
         return output if self.bias is None else output + self.bias
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ weight.T + bias: the small-batch GEMV kernel on CUDA decode batches, else F.linear."""
+def linear(x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ weight.T + bias: the small-batch GEMV kernel on CUDA decode batches, the int4 / int8 kernel
+    for a quantized weight (CPU, quantized.py), else F.linear."""
+    if isinstance(weight, PackedWeight):
+        y = weight.matmul(x)
+        return y if bias is None else y + bias
     if use_small_batch_kernel(x):
         from minisgl.kernel.triton.linear import small_batch_linear
 
         return small_batch_linear(x, weight, bias)[0]
+    if batch_invariant():  # --deterministic: every row through a call of the same shape
+        return in_row_tiles(x, lambda tile: F.linear(tile, weight, bias))
     return F.linear(x, weight, bias)

@@ -14,6 +14,7 @@ from transformers import AutoTokenizer
 
 from minisgl.core import SamplingParams, check_request
 from minisgl.distributed import DistributedInfo
+from minisgl.engine.precision import resolve_precision
 from minisgl.message import GenerateRequest, TokenOutput
 from minisgl.models.config import ModelConfig
 from minisgl.scheduler import SchedulerConfig
@@ -75,6 +76,8 @@ class LLM:
         config = SchedulerConfig(model_path=self.model_path, tp_info=DistributedInfo(0, tp_size),
                                  pp_info=DistributedInfo(0, pp_size), device=device, dtype=dtype, dp_size=dp_size,
                                  trace_dir=None if trace is None else str(trace), **engine_args)
+        # dtype / quantization "auto" measured once here, so every rank gets the same answer
+        self.config = config = resolve_precision(config)
         if trace is not None:
             TRACE.start(trace, "minisgl-llm")  # before the backend: at tp = 1 the engine's start-up is ours
         in_process = tp_size == 1 and dp_size == 1 and pp_size == 1

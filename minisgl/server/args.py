@@ -21,6 +21,7 @@ from minisgl.distributed import DistributedInfo
 from minisgl.distributed.rendezvous import parse_tcp_addr
 from minisgl.engine.config import EngineConfig
 from minisgl.engine.engine import resolve_dist_backend
+from minisgl.engine.precision import resolve_precision
 from minisgl.kvcache import CACHES
 from minisgl.models.config import MOE_PARALLEL, ModelConfig
 from minisgl.scheduler import SchedulerConfig
@@ -79,7 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
                             "all-reduce), ep = whole experts per rank, tokens sent to them by all-to-all "
                             "(default: %(default)s)")
     model.add_argument("--dtype", default=defaults.dtype, choices=["auto", "float32", "bfloat16", "float16"],
-                       help="weights and KV dtype; auto = bfloat16 on CUDA and bf16-capable CPUs, else float32")
+                       help="weights and KV dtype; auto = bfloat16 on CUDA, on a CPU what a start-up probe "
+                            "(cached per CPU) measures fastest")
+    model.add_argument("--deterministic", action="store_true",
+                       help="batch-invariant: a request's tokens never depend on the other requests in its batch "
+                            "(CPU; fixed-shape matmul tiles, slower)")
+    model.add_argument("--quantization", default=defaults.quantization, choices=["auto", "none", "gguf"],
+                       help="gguf = 4-bit linear weights from the *.gguf file next to the checkpoint (CPU; the "
+                            "embedded model has one); auto = gguf when --dtype is auto and the probe finds it faster")
 
     parallel = parser.add_argument_group("processes and devices")
     parallel.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1, metavar="N",
@@ -181,6 +189,8 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         dp_size=ns.dp_size,
         device=device,
         dtype=ns.dtype,
+        quantization=ns.quantization,
+        deterministic=ns.deterministic,
         page_size=ns.page_size,
         num_pages=ns.num_pages,
         kv_memory_gb=ns.kv_memory_gb,
@@ -258,8 +268,12 @@ def check_args(args: ServerArgs) -> ServerArgs:
     except ValueError as error:
         raise ArgsError(f"--pp-size: {error}") from None
     check_ranks_fit_machine(config.tp_info.size, config.device, config.dp_size, config.nnodes, config.pp_info.size)
+    try:  # dtype / quantization "auto" measured once here, so every rank gets the same answer
+        config = resolve_precision(config)
+    except ValueError as error:
+        raise ArgsError(str(error)) from None
     name = args.served_model_name or config.model_path.resolve().name
-    return dataclasses.replace(args, served_model_name=name)
+    return dataclasses.replace(args, scheduler=config, served_model_name=name)
 
 
 def _check_nodes(args: ServerArgs) -> None:

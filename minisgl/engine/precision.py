@@ -1,0 +1,282 @@
+"""`dtype="auto"` and `quantization="auto"` by measurement (chapter 04, "Quantized shards"): CPUs
+differ too much to guess (an AVX2 laptop computes bf16 slower than fp32, an AMX Xeon many times
+faster), so a short probe times the matmuls of one decode step at this model's real shapes, as fp32
+and bf16 dense weights and as the GGUF's quantized weights (4-bit linear layers, an 8-bit LM head),
+at a few batch sizes, and the engine takes the winner. The probe runs once per CPU model, torch
+version, thread count and model shape; its result is cached under the minisgl cache dir, and
+`python -m minisgl.check_env` prints it.
+Across machines (--nnodes > 1) "auto" is fp32 without a probe: each machine's could choose differently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from minisgl.layers import local_kv_heads, vocab_shard_size
+from minisgl.layers.linear import linear
+from minisgl.layers.quantized import Int4Weight, PackedInt4Weight, PackedInt8Weight
+from minisgl.models.config import ModelConfig
+from minisgl.models.default_model import minisgl_cache_dir
+from minisgl.models.gguf_weights import find_model_gguf
+
+from .config import EngineConfig
+
+PROBE_ROWS = (1, 2, 4, 8, 16, 32)  # batch sizes (rows per matmul) the probe times
+SCORE_ROWS = (1, 32)  # a single chat and a busy batch weigh equally in the choice
+PROBE_BYTES = 64 << 20  # fp32 layer weights the probe streams per pass: more than most CPU caches hold
+SAMPLES = 3  # the median of 3 passes, so one noisy pass (another process waking up) cannot decide
+GIVE_UP_FACTOR = 3.0  # one pass this much slower than the best variant so far is enough to rule it out
+DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+PROBE_VERSION = 2  # bump when the measurement changes, so old cached results are not reused
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The resolved choice: weights and activations in `dtype`; with quantization "gguf", the
+    quantized weights for batches of at most `max_quantized_rows` rows (None: every batch)."""
+
+    dtype: str
+    quantization: str
+    max_quantized_rows: int | None
+    why: str
+
+
+@dataclass
+class ProbeResult:
+    key: dict[str, str | int]
+    ms: dict[str, dict[int, float]]  # dtype or "int4" -> rows -> ms per decode step (all layers' linears)
+    head_ms: dict[str, dict[int, float]]  # dtype or "int8" -> rows -> ms of the LM head matmul
+
+    def step_ms(self, dtype: str, quantized_rows: int | None, rows: int) -> float:
+        """A decode step's matmuls at `rows` rows: quantized (4-bit linears, 8-bit head) up to
+        `quantized_rows` rows, dense `dtype` weights above."""
+        if quantized_rows is not None and rows <= quantized_rows:
+            return self.ms["int4"][rows] + self.head_ms["int8"][rows]
+        return self.ms[dtype][rows] + self.head_ms[dtype][rows]
+
+
+def resolve_precision(config: EngineConfig) -> EngineConfig:
+    """`config` with explicit dtype, quantization and max_quantized_rows ("auto" measured on a CPU)."""
+    device = "cuda" if config.device == "cuda" else "cpu"
+    quantization = config.quantization
+    if quantization not in ("auto", "none", "gguf"):
+        raise ValueError(f"unknown quantization {quantization!r}; use auto, none or gguf")
+    if quantization == "gguf" and device != "cpu":
+        raise ValueError("--quantization gguf runs on the CPU only (PyTorch's int4 CPU kernel); use none on CUDA")
+    if quantization == "gguf" and config.load_format == "dummy":
+        raise ValueError("--load-format dummy has no GGUF to quantize from; use --quantization none")
+    if config.deterministic and device != "cpu":
+        raise ValueError("--deterministic is implemented for the CPU (fixed-tile torch kernels); drop it on CUDA")
+    if config.tp_ops is not None:  # the capstone's own TP steps take dense weights, in their own matmuls
+        if quantization == "gguf" or config.deterministic:
+            raise ValueError("custom tp_ops (the capstone) run dense weights their own way; "
+                             "drop quantization='gguf' and deterministic=True")
+        quantization = "none"
+    config = _resolve(config, device, quantization)
+    if config.deterministic and config.quantization == "gguf":
+        # the int4 / int8 kernels compute each row on its own, whatever the batch: keep them for every batch,
+        # since switching to the dense copy above max_quantized_rows would depend on the batch size
+        config = dataclasses.replace(config, max_quantized_rows=None)
+    return config
+
+
+def _resolve(config: EngineConfig, device: str, quantization: str) -> EngineConfig:
+    """The choice itself: explicit values pass, "auto" asks the (cached) probe."""
+    if device == "cuda" or (config.dtype != "auto" and quantization != "gguf"):
+        dtype = "bfloat16" if config.dtype == "auto" else config.dtype
+        return dataclasses.replace(config, dtype=dtype, quantization="none", max_quantized_rows=None)
+    if config.nnodes > 1 and quantization != "gguf":  # a probe on each machine could choose differently
+        dtype = "float32" if config.dtype == "auto" else config.dtype
+        return dataclasses.replace(config, dtype=dtype, quantization="none", max_quantized_rows=None)
+    model = ModelConfig.from_dir(config.model_path)
+    has_gguf = config.load_format != "dummy" and find_model_gguf(Path(config.model_path)) is not None
+    if quantization == "gguf" and not has_gguf:
+        raise ValueError(f"--quantization gguf reads a *.gguf file next to the checkpoint, and "
+                         f"'{config.model_path}' has none; use --quantization none")
+    if quantization == "gguf" and model.num_experts:
+        raise ValueError("--quantization gguf reads dense Llama-style GGUF layers, not a mixture of experts; "
+                         "use --quantization none")
+    rows_known = config.max_quantized_rows is not None or config.deterministic  # deterministic: every batch
+    if quantization == "gguf" and config.dtype != "auto" and rows_known:
+        return config  # nothing left to measure
+    threads = config.rank_cpu_threads  # what each rank will run with
+    choice = choose_precision(cached_probe(model, config.tp_info.size, threads),
+                              dtype=None if config.dtype == "auto" else config.dtype,
+                              allow_quantized=has_gguf and quantization != "none" and not model.num_experts)
+    logger.info("dtype %s on this CPU: %s (%s)", config.dtype, describe(choice), choice.why)
+    if quantization == "gguf" and choice.quantization != "gguf":  # asked for: use it where it is fastest
+        choice = dataclasses.replace(choice, quantization="gguf", max_quantized_rows=1)
+    max_rows = config.max_quantized_rows if config.max_quantized_rows is not None else choice.max_quantized_rows
+    return dataclasses.replace(config, dtype=choice.dtype, quantization=choice.quantization,
+                               max_quantized_rows=max_rows)
+
+
+def choose_precision(probe: ProbeResult, dtype: str | None = None, allow_quantized: bool = True) -> Precision:
+    """The variant whose decode step is fastest on geometric average over `SCORE_ROWS`, each batch
+    size measured relative to its best variant. Quantized weights serve the batch sizes where they
+    beat the dense weights (few rows: memory-bound), dense weights the rest (compute-bound)."""
+    candidates: list[tuple[str, int | None]] = []
+    for name in [dtype] if dtype else list(DTYPE_NAMES):
+        candidates.append((name, None))
+        wins_up_to = None  # the quantized kernels serve batches up to the first size where they lose
+        for rows in PROBE_ROWS:
+            if probe.step_ms(name, rows, rows) >= probe.step_ms(name, None, rows):
+                break
+            wins_up_to = rows
+        if allow_quantized and wins_up_to is not None:
+            candidates.append((name, wins_up_to))
+    best = {rows: min(probe.step_ms(n, r, rows) for n, r in candidates) for rows in SCORE_ROWS}
+
+    def score(candidate: tuple[str, int | None]) -> float:
+        ratios = [probe.step_ms(*candidate, rows) / best[rows] for rows in SCORE_ROWS]
+        return math.prod(ratios) ** (1 / len(ratios))
+
+    name, quantized_rows = min(candidates, key=score)  # ties keep the first: dense fp32 before the rest
+    steps = ", ".join(f"{n}{'' if r is None else f'+gguf<={r}'} "
+                      + "/".join(f"{probe.step_ms(n, r, rows):.1f}" for rows in SCORE_ROWS)
+                      for n, r in candidates)
+    why = f"ms per decode step at batch {'/'.join(map(str, SCORE_ROWS))}: {steps}"
+    return Precision(name, "none" if quantized_rows is None else "gguf", quantized_rows, why)
+
+
+def describe(precision: Precision) -> str:
+    """One line for check_env and the logs: what `auto` picked."""
+    if precision.quantization == "none":
+        return f"{precision.dtype} weights"
+    return (f"{precision.dtype} weights, the GGUF's 4-/8-bit weights for batches of <= "
+            f"{precision.max_quantized_rows} rows")
+
+
+def probe_key(model: ModelConfig, tp_size: int, threads: int) -> dict[str, str | int]:
+    return {"cpu": cpu_name(), "torch": torch.__version__, "threads": threads, "tp": tp_size,
+            "shape": f"{model.num_layers}x{model.hidden_size}x{model.intermediate_size}x{model.num_heads}x"
+                     f"{model.num_kv_heads}x{model.head_dim}x{model.vocab_size}", "version": PROBE_VERSION}
+
+
+def cached_probe(model: ModelConfig, tp_size: int, threads: int) -> ProbeResult:
+    """The probe for this machine and model shape: from the cache, or measured now and cached, unless
+    the machine was busy (more runnable processes than cores): a median cannot see through load that
+    lasts the whole probe, so that measurement serves this start only."""
+    key = probe_key(model, tp_size, threads)
+    path = minisgl_cache_dir() / "probe" / (_slug(key) + ".json")
+    if path.is_file():
+        try:
+            raw = json.loads(path.read_text())
+            if raw["key"] == key:
+                return ProbeResult(key, _int_keys(raw["ms"]), _int_keys(raw["head_ms"]))
+        except (ValueError, KeyError):
+            pass  # a damaged cache file is measured again and overwritten
+    result = run_probe(model, tp_size, threads)
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load > cores:
+        logger.warning("dtype auto: the machine is busy (load %.1f on %d cores), so this probe is not cached; "
+                       "start again on a quiet machine for a lasting choice", load, cores)
+        return result
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_suffix(f".{os.getpid()}.tmp")
+    scratch.write_text(json.dumps(dataclasses.asdict(result), indent=1))
+    scratch.replace(path)  # atomic: ranks or processes reading meanwhile see a whole file
+    return result
+
+
+def run_probe(model: ModelConfig, tp_size: int, threads: int) -> ProbeResult:
+    """Time one decode step's matmuls (one rank's shards) on random weights; a few seconds."""
+    shapes = rank_linear_shapes(model, tp_size)  # [(out, in)] of one layer
+    layer_bytes = 4 * sum(out * inp for out, inp in shapes)
+    num_probe_layers = max(1, min(model.num_layers, math.ceil(PROBE_BYTES / layer_bytes)))
+    scale = model.num_layers / num_probe_layers  # the probe runs fewer layers than the model has
+    head_shape = (vocab_shard_size(model.vocab_size, tp_size), model.hidden_size)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    generator = torch.Generator().manual_seed(0)
+    try:
+        ms: dict[str, dict[int, float]] = {}
+        head_ms: dict[str, dict[int, float]] = {}
+        for name, dtype in DTYPE_NAMES.items():
+            weights = [torch.randn(s, generator=generator).to(dtype) for s in shapes * num_probe_layers]
+            ms[name] = _time_rows(weights, dtype, ms, scale)
+            head_ms[name] = _time_rows([torch.randn(head_shape, generator=generator).to(dtype)], dtype, head_ms, 1.0)
+            del weights
+        try:
+            packed = [_random_int4(s, generator) for s in shapes * num_probe_layers]
+            ms["int4"] = _time_rows(packed, torch.float32, ms, scale)
+            head = PackedInt8Weight.from_dense(torch.randn(head_shape, generator=generator), None, keep_dense=False)
+            head_ms["int8"] = _time_rows([head], torch.float32, head_ms, 1.0)
+        except ValueError:  # shapes the kernels cannot take (their errors say which): never picked
+            ms["int4"] = head_ms["int8"] = {rows: math.inf for rows in PROBE_ROWS}
+    finally:
+        torch.set_num_threads(previous_threads)
+    return ProbeResult(probe_key(model, tp_size, threads), ms, head_ms)
+
+
+def rank_linear_shapes(model: ModelConfig, tp_size: int) -> list[tuple[int, int]]:
+    """(out, in) of one layer's qkv_proj, o_proj, gate_up_proj and down_proj on one rank."""
+    q_size = model.num_heads // tp_size * model.head_dim
+    kv_size = local_kv_heads(model.num_kv_heads, tp_size) * model.head_dim
+    local_ffn = model.intermediate_size // tp_size
+    return [(q_size + 2 * kv_size, model.hidden_size), (model.hidden_size, q_size),
+            (2 * local_ffn, model.hidden_size), (model.hidden_size, local_ffn)]
+
+
+def _random_int4(shape: tuple[int, int], generator: torch.Generator) -> PackedInt4Weight:
+    out_features, in_features = shape
+    groups = max(1, in_features // 32)  # a partial group makes pack() refuse the shape, as it would the model
+    codes = torch.randint(0, 16, shape, generator=generator, dtype=torch.uint8)
+    weight = Int4Weight(codes, torch.rand(out_features, groups, generator=generator) * 0.01,
+                        torch.rand(out_features, groups, generator=generator) * -0.05, 32)
+    return weight.pack(torch.float32, None)
+
+
+def _time_rows(weights: list, dtype: torch.dtype, others: dict[str, dict[int, float]],
+               scale: float) -> dict[int, float]:
+    """Median ms of multiplying a batch by every weight, per batch size in PROBE_ROWS, times `scale`.
+    The first pass is a warm-up (first-call allocations), unless it is already `GIVE_UP_FACTOR`
+    times slower than the best of `others`: then that one pass is the result."""
+    result: dict[int, float] = {}
+    for rows in PROBE_ROWS:
+        inputs = {w.shape[1]: torch.randn(rows, w.shape[1]).to(dtype) for w in weights}  # by in_features
+        best_other = min((times[rows] for times in others.values() if rows in times), default=math.inf)
+        samples = []
+        for _ in range(SAMPLES + 1):
+            start = time.perf_counter()
+            for w in weights:
+                linear(inputs[w.shape[1]], w)
+            samples.append((time.perf_counter() - start) * 1e3 * scale)
+            if samples[0] > GIVE_UP_FACTOR * best_other:
+                break
+        result[rows] = statistics.median(samples[1:] or samples)
+    return result
+
+
+def cpu_name() -> str:
+    """The CPU's model name (e.g. "AMD EPYC 7763 64-Core Processor"), the probe cache's key."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _slug(key: dict[str, str | int]) -> str:
+    text = "-".join(str(v) for v in key.values())
+    return "".join(c if c.isalnum() or c in ".-" else "_" for c in text)[:200]
+
+
+def _int_keys(table: dict[str, dict[str, float]]) -> dict[str, dict[int, float]]:
+    return {name: {int(rows): ms for rows, ms in times.items()} for name, times in table.items()}

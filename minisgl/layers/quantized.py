@@ -1,0 +1,207 @@
+"""Weight-only quantization on the CPU: a linear weight kept as 4-bit codes with one scale and one
+minimum per group of inputs, multiplied by PyTorch's int4 CPU kernel; and the LM head as 8-bit codes
+with one scale per group of 32 inputs, multiplied by its int8 CPU kernel (chapter 04, "Quantized
+shards").
+
+A weight W [out, in] becomes, for every group g of `group_size` consecutive inputs,
+
+    W[n, k] = codes[n, k] * scale[n, g] + minimum[n, g],    g = k // group_size,  codes in 0..15
+
+which is GGUF's Q4_1 block (d * q + m) as stored; Q4_0 (d * (q - 8)) is the same with minimum = -8d.
+So the weights are the checkpoint's own 4.5 bits per weight, never re-rounded codes.
+
+Two forms, one per stage:
+- `Int4Weight`, the loader's form: codes as a plain [out, in] tensor (one code per byte), so
+  sharding and merging are the same narrow / cat as for a dense weight, with the scales following
+  their groups;
+- `PackedInt4Weight`, the kernel's form (two codes per byte, in the tile order this CPU's kernel
+  reads): what a linear layer holds, and what `linear()` dispatches on.
+
+The GGUF stores SmolLM2's tied embedding / LM head as Q8_0: per block of 32 inputs of a row, a
+scale d = max|w| / 127 and codes round(w / d). PyTorch's int8 kernel takes one scale per output row,
+so `PackedInt8Weight` calls it once per block column, each call with that block's scales, and adds
+the partial results. Q8_0's rule applied again to the dequantized weight gives back the very same
+codes and scales, so it rounds nothing new (but the kernel reads the scales in bf16). It serves the
+LM head's matmul; lookups keep reading the dense table.
+
+Both kernels stream 4 to 8 bits per weight instead of 32 or 16, which is what a decode step of a
+few rows waits for. They are no faster at arithmetic than a float GEMM (they widen every weight to
+fp32 before multiplying), so above `max_quantized_rows` rows, where arithmetic decides, the same
+weights run through F.linear from a dense copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+KERNEL_CODE_OFFSET = 8  # the kernel reads codes 0..15 as the signed values -8..7
+KERNEL_GROUP_SIZES = (32, 64, 128, 256)  # the group sizes the CPU kernel accepts
+KERNEL_OUT_MULTIPLE = 16  # the kernel packs output rows in tiles of 16 (AVX2) or more
+INT8_GROUP_SIZE = 32  # inputs per scale of an int8 weight, as in Q8_0 (the kernel needs a multiple of 16:
+# it reads 16 inputs per aligned load on AVX-512, and other sizes crash it)
+INT8_MAX_CODE = 127  # symmetric codes -127..127
+
+
+@dataclass
+class Int4Weight:
+    """A [out, in] weight as 4-bit codes plus a scale and a minimum per group of `group_size` inputs."""
+
+    codes: torch.Tensor  # [out, in] uint8, values 0..15
+    scale: torch.Tensor  # [out, in / group_size] float32
+    minimum: torch.Tensor  # [out, in / group_size] float32
+    group_size: int
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.codes.shape
+
+    def narrow(self, dim: int, start: int, length: int) -> Int4Weight:
+        """Rows (dim 0) or inputs (dim 1) [start, start + length), as views; an input slice must
+        cover whole groups, since a group's scale cannot be split."""
+        if dim == 0:
+            return Int4Weight(self.codes.narrow(0, start, length), self.scale.narrow(0, start, length),
+                              self.minimum.narrow(0, start, length), self.group_size)
+        if start % self.group_size or length % self.group_size:
+            raise ValueError(f"inputs [{start}, {start + length}) cut through a quantization group "
+                             f"of {self.group_size} inputs")
+        first, count = start // self.group_size, length // self.group_size
+        return Int4Weight(self.codes.narrow(1, start, length), self.scale.narrow(1, first, count),
+                          self.minimum.narrow(1, first, count), self.group_size)
+
+    def clone(self) -> Int4Weight:
+        return Int4Weight(self.codes.clone(), self.scale.clone(), self.minimum.clone(), self.group_size)
+
+    def index_select(self, dim: int, index: torch.Tensor) -> Int4Weight:
+        """Rows in the order `index` gives (dim must be 0: rows carry their own scales)."""
+        if dim != 0:
+            raise ValueError("only the rows of a quantized weight can be reordered")
+        return Int4Weight(self.codes[index], self.scale[index], self.minimum[index], self.group_size)
+
+    @staticmethod
+    def cat_rows(parts: Sequence[Int4Weight]) -> Int4Weight:
+        """Stack weights with the same inputs and grouping (q/k/v -> qkv_proj)."""
+        return Int4Weight(torch.cat([p.codes for p in parts]), torch.cat([p.scale for p in parts]),
+                          torch.cat([p.minimum for p in parts]), parts[0].group_size)
+
+    def dequantize(self) -> torch.Tensor:
+        """The float32 weight [out, in], computed as GGUF's own dequantizer does (a multiply, then an
+        add), so it equals the converted checkpoint's tensor bit for bit."""
+        scale = self.scale.repeat_interleave(self.group_size, dim=1)  # [out, in]
+        minimum = self.minimum.repeat_interleave(self.group_size, dim=1)
+        return self.codes.float() * scale + minimum
+
+    def pack(self, dtype: torch.dtype, max_quantized_rows: int | None) -> PackedInt4Weight:
+        """The kernel's form, plus a dense copy in `dtype` for batches above `max_quantized_rows` rows
+        (None: the int4 kernel takes every batch, no dense copy). Fails with the reason when the
+        kernel cannot take this shape."""
+        out_features, in_features = self.shape
+        if in_features % self.group_size:
+            raise ValueError(f"{in_features} inputs are not whole groups of {self.group_size}; use --quantization none")
+        if self.group_size not in KERNEL_GROUP_SIZES:
+            raise ValueError(f"the int4 CPU kernel takes groups of {KERNEL_GROUP_SIZES} inputs, "
+                             f"not {self.group_size}; use --quantization none")
+        if out_features % KERNEL_OUT_MULTIPLE:
+            raise ValueError(f"the int4 CPU kernel needs a multiple of {KERNEL_OUT_MULTIPLE} output rows per "
+                             f"rank, this shard has {out_features}; use --quantization none or another tp size")
+        # The kernel computes (code - 8) * scale + zero: zero = minimum + 8 * scale gives back W.
+        zero = self.minimum + KERNEL_CODE_OFFSET * self.scale
+        # [in / group, out, 2] bf16: the layout (and the precision) the kernel reads scales in
+        scale_and_zero = torch.stack([self.scale.t(), zero.t()], dim=-1).to(torch.bfloat16).contiguous()
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(self.codes.to(torch.int32).contiguous(), 1)
+        dense = None if max_quantized_rows is None else self.dequantize().to(dtype)
+        return PackedInt4Weight(self.shape, dense, max_quantized_rows, packed, scale_and_zero, self.group_size)
+
+
+@dataclass
+class PackedWeight:
+    """What a quantized layer holds: codes in a kernel's layout, and the dense weight where it is
+    needed (batches above `max_quantized_rows` rows; the lookups of a tied embedding)."""
+
+    shape: torch.Size  # [out, in] of the weight it stands for
+    dense: torch.Tensor | None  # [out, in] in the model's dtype
+    max_quantized_rows: int | None  # None: the quantized kernel takes every batch
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """x [tokens, in] @ W.T -> [tokens, out], in x's dtype.
+
+        The kernels' vectorized paths read bf16 activations (their fp32 paths are scalar, ~10x
+        slower): they widen each weight and activation to fp32, accumulate in fp32, and round the
+        result to bf16, so the output carries bf16 rounding even when x is fp32. Each row is
+        computed on its own, so a row's result never depends on the batch around it.
+        """
+        if self.max_quantized_rows is not None and x.shape[0] > self.max_quantized_rows:
+            return F.linear(x, self.dense)
+        # a fresh contiguous copy: the kernels use aligned loads, which a view at an offset would break
+        x_bf16 = torch.empty(x.shape, dtype=torch.bfloat16).copy_(x)
+        return self._kernel(x_bf16).to(x.dtype)
+
+    def _kernel(self, x_bf16: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    @property
+    def kernel_bytes(self) -> int:
+        """Bytes the quantized kernel reads per call: what a decode step of a few rows streams."""
+        raise NotImplementedError
+
+
+@dataclass
+class PackedInt4Weight(PackedWeight):
+    """A 4-bit linear weight: 0.5 bytes per weight plus 4 bytes per group of scales."""
+
+    packed: torch.Tensor  # [out, in / 2] uint8: two codes per byte, in the kernel's tile order
+    scale_and_zero: torch.Tensor  # [in / group_size, out, 2] bfloat16
+    group_size: int
+
+    def _kernel(self, x_bf16: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x_bf16, self.packed, self.group_size, self.scale_and_zero)
+
+    @property
+    def kernel_bytes(self) -> int:
+        return self.packed.nbytes + self.scale_and_zero.nbytes
+
+
+@dataclass
+class PackedInt8Weight(PackedWeight):
+    """An 8-bit weight with one scale per group of `INT8_GROUP_SIZE` inputs of a row (GGUF's Q8_0):
+    W[n, k] = codes[g, n, k - 32 g] * scale[g, n] for g = k // 32."""
+
+    codes: torch.Tensor  # [in / 32, out, 32] int8, -127..127: one kernel call per group of inputs
+    scale: torch.Tensor  # [in / 32, out] bfloat16
+
+    @staticmethod
+    def from_dense(weight: torch.Tensor, max_quantized_rows: int | None, keep_dense: bool) -> PackedInt8Weight:
+        """Round `weight` [out, in] to 8 bits by Q8_0's rule (a Q8_0 weight gets its own codes back).
+        The dense weight is kept for batches above `max_quantized_rows` rows, or always with
+        `keep_dense` (a tied embedding looks rows up in it)."""
+        out_features, in_features = weight.shape
+        if in_features % INT8_GROUP_SIZE:
+            raise ValueError(f"the int8 LM head needs whole groups of {INT8_GROUP_SIZE} inputs, "
+                             f"not {in_features}; use --quantization none")
+        groups = weight.float().view(out_features, -1, INT8_GROUP_SIZE).transpose(0, 1)  # [in / 32, out, 32]
+        scale = groups.abs().amax(dim=-1) / INT8_MAX_CODE  # [in / 32, out]
+        divisor = torch.where(scale > 0, scale, 1.0)  # all-zero groups (vocab padding rows) keep code 0
+        codes = (groups / divisor[..., None]).round().clamp(-INT8_MAX_CODE, INT8_MAX_CODE).to(torch.int8)
+        dense = weight if keep_dense or max_quantized_rows is not None else None
+        return PackedInt8Weight(weight.shape, dense, max_quantized_rows, codes.contiguous(), scale.to(torch.bfloat16))
+
+    def _kernel(self, x_bf16: torch.Tensor) -> torch.Tensor:
+        rows = x_bf16.shape[0]
+        # [tokens, in] -> [in / 32, tokens, 32]: each group's activations one contiguous, aligned block
+        x_groups = x_bf16.view(rows, -1, INT8_GROUP_SIZE).transpose(0, 1).contiguous()
+        out = torch.zeros(rows, self.shape[0])  # [tokens, out] fp32: the groups' partial sums, in order
+        for x_group, codes, scale in zip(x_groups, self.codes, self.scale):
+            out += torch.ops.aten._weight_int8pack_mm(x_group, codes, scale)
+        return out
+
+    @property
+    def kernel_bytes(self) -> int:
+        return self.codes.nbytes + self.scale.nbytes
+
+
+def dense_table(weight: torch.Tensor | PackedWeight) -> torch.Tensor:
+    """The dense [rows, hidden] table an embedding looks rows up in (a tied 8-bit LM head keeps it)."""
+    return weight.dense if isinstance(weight, PackedWeight) else weight

@@ -1,0 +1,315 @@
+"""GGUF weights on the CPU: the int4 and int8 kernels against their dequantized weights, the GGUF
+reader against the converted checkpoint, quantized shards at tp 1 and 3, and `auto`'s speed probe."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from gguf import GGMLQuantizationType, GGUFReader
+from safetensors import safe_open
+
+from minisgl import LLM, SamplingParams
+from minisgl.core import Req, forward_context
+from minisgl.engine import precision
+from minisgl.engine.config import EngineConfig
+from minisgl.engine.engine import Engine
+from minisgl.engine.precision import ProbeResult, choose_precision, resolve_precision
+from minisgl.layers.quantized import Int4Weight, PackedInt4Weight, PackedInt8Weight
+from minisgl.models.config import ModelConfig, ModelError
+from minisgl.models.gguf_weights import iter_gguf_tensors
+from minisgl.models.weight import shard_and_merge, shard_tensor
+from minisgl.scheduler.batch import make_prefill_batch
+from minisgl.testing.tiny_gguf import make_tiny_gguf_model
+from minisgl.testing.tiny_models import TINY_MODEL_SPECS
+
+BF16_UNIT_ROUNDOFF = 2.0**-8  # bf16 keeps 8 significant bits
+TINY = "llama-tied"  # tied Q8_0 embedding and 6 heads / 3 KV heads, like SmolLM2; valid at tp 1 and 3
+
+
+@pytest.fixture(scope="module")
+def gguf_model(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("tiny-gguf")
+    return lambda qtype: make_tiny_gguf_model(TINY, root / qtype.name, qtype)
+
+
+def tiny_config() -> ModelConfig:
+    return ModelConfig.from_dict({**TINY_MODEL_SPECS[TINY].config.to_dict(), "architectures": ["LlamaForCausalLM"]})
+
+
+def random_int4(out_features: int, in_features: int, group_size: int = 32, seed: int = 0) -> Int4Weight:
+    generator = torch.Generator().manual_seed(seed)
+    groups = in_features // group_size
+    codes = torch.randint(0, 16, (out_features, in_features), generator=generator, dtype=torch.uint8)
+    scale = torch.rand(out_features, groups, generator=generator) * 0.02 + 0.001
+    minimum = -8 * scale + 0.01 * torch.randn(out_features, groups, generator=generator)  # roughly centred
+    return Int4Weight(codes, scale, minimum, group_size)
+
+
+@pytest.mark.parametrize("group_size", [32, 64])
+def test_int4_matmul_is_the_dequantized_matmul_within_bf16_rounding(group_size: int) -> None:
+    weight = random_int4(96, 256, group_size)
+    x = torch.randn(5, 256, generator=torch.Generator().manual_seed(1))
+    got = weight.pack(torch.float32, None).matmul(x)
+    reference = x.double() @ weight.dequantize().double().T
+    # The kernel rounds x, the scale and the zero (minimum + 8 * scale) to bf16, accumulates in
+    # fp32 and rounds the output to bf16: each weight is off by at most u * (|code - 8| * scale +
+    # |zero|), each activation by u * |x|, the sum by u * |y| (u = bf16's unit roundoff).
+    scale = weight.scale.repeat_interleave(group_size, 1).double()
+    zero = (weight.minimum + 8 * weight.scale).repeat_interleave(group_size, 1).double()
+    weight_error = (weight.codes.double() - 8).abs() * scale + zero.abs()
+    term_bound = x.double().abs() @ (weight.dequantize().double().abs() + weight_error).T
+    bound = BF16_UNIT_ROUNDOFF * (term_bound + reference.abs()) * 1.01 + 256 * 2.0**-24 * term_bound
+    error = (got.double() - reference).abs()
+    assert (error <= bound).all(), f"worst excess {(error - bound).max().item():.3g}"
+    assert got.dtype == torch.float32
+
+
+def test_int8_head_is_its_q8_0_weight_within_bf16_rounding() -> None:
+    generator = torch.Generator().manual_seed(2)
+    weight = torch.randn(97, 64, generator=generator) * torch.rand(97, 1, generator=generator)  # rows of varied size
+    weight[5] = 0  # a vocab padding row
+    packed = PackedInt8Weight.from_dense(weight, max_quantized_rows=None, keep_dense=False)
+    step = packed.scale.double().T.repeat_interleave(32, dim=1)  # [out, in]
+    values = packed.codes.double().permute(1, 0, 2).reshape(97, 64) * step  # the weight the kernel multiplies by
+    # half a step to the nearest code, plus the bf16 scale's rounding (u relative) times codes up to 127
+    assert ((values - weight.double()).abs() <= (0.5 + 127 * BF16_UNIT_ROUNDOFF) * 1.01 * step).all()
+    assert packed.dense is None
+    x = torch.randn(6, 64, generator=generator)
+    got, reference = packed.matmul(x).double(), x.double() @ values.T
+    # bf16 activations (u |x| per term) and each group's bf16 output (u |partial|): at most 2u sum |x w|
+    bound = 2 * BF16_UNIT_ROUNDOFF * (x.double().abs() @ values.abs().T) * 1.01
+    assert ((got - reference).abs() <= bound).all()
+    with pytest.raises(ValueError, match="whole groups of 32 inputs"):
+        PackedInt8Weight.from_dense(torch.randn(8, 48), None, keep_dense=False)
+
+
+def test_int8_head_gets_back_the_gguf_q8_0_codes(gguf_model) -> None:
+    model_dir = gguf_model(GGMLQuantizationType.Q4_1)
+    (stored,) = [t for t in GGUFReader(model_dir / "model.gguf").tensors if t.name == "token_embd.weight"]
+    assert stored.tensor_type == GGMLQuantizationType.Q8_0
+    out_features, in_features = (int(d) for d in reversed(stored.shape))
+    blocks = np.asarray(stored.data).reshape(out_features, in_features // 32, 34)  # fp16 d, then 32 int8 codes
+    scale = torch.from_numpy(blocks[..., :2].copy().view(np.float16)[..., 0].astype(np.float32))  # [out, groups]
+    codes = torch.from_numpy(blocks[..., 2:].copy().view(np.int8))  # [out, groups, 32]
+    dense = safe_open(str(model_dir / "model.safetensors"), framework="pt").get_tensor("model.embed_tokens.weight")
+    packed = PackedInt8Weight.from_dense(dense, None, keep_dense=True)
+    assert torch.equal(packed.codes, codes.transpose(0, 1))  # Q8_0's rule, applied again: its own codes
+    assert torch.equal(packed.scale, scale.T.to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("kind", ["int4", "int8"])
+def test_quantized_kernels_compute_each_row_on_its_own(kind: str) -> None:
+    # what --deterministic relies on when it keeps these kernels for every batch size
+    weight = random_int4(64, 256)
+    packed = (weight.pack(torch.float32, None) if kind == "int4"
+              else PackedInt8Weight.from_dense(weight.dequantize(), None, keep_dense=False))
+    x = torch.randn(37, 256, generator=torch.Generator().manual_seed(4))
+    batched = packed.matmul(x)
+    for i in (0, 3, 4, 36):
+        assert torch.equal(packed.matmul(x[i : i + 1])[0], batched[i]), i
+
+
+def test_batches_above_max_quantized_rows_take_the_dense_copy() -> None:
+    weight = random_int4(64, 128)
+    packed = weight.pack(torch.float32, max_quantized_rows=2)
+    small, large = torch.randn(2, 128), torch.randn(3, 128)
+    assert torch.equal(packed.matmul(large), F.linear(large, weight.dequantize()))
+    assert torch.equal(packed.matmul(small), weight.pack(torch.float32, None).matmul(small))
+    assert weight.pack(torch.float32, None).dense is None  # int4 for every batch: no second copy
+
+
+def test_kernel_shape_limits_are_clear_errors() -> None:
+    with pytest.raises(ValueError, match="multiple of 16 output rows"):
+        random_int4(40, 64).pack(torch.float32, None)
+
+
+@pytest.mark.parametrize("qtype", [GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1])
+def test_gguf_int4_weights_are_the_checkpoint_weights(qtype, gguf_model) -> None:
+    model_dir = gguf_model(qtype)
+    config = ModelConfig.from_dir(model_dir)
+    checkpoint = safe_open(str(model_dir / "model.safetensors"), framework="pt")
+    kinds = set()
+    for name, weight in iter_gguf_tensors(GGUFReader(model_dir / "model.gguf"), config.num_heads,
+                                          config.num_kv_heads, keep_int4=True):
+        kinds.add((name.endswith("_proj.weight"), type(weight)))
+        dense = weight.dequantize() if isinstance(weight, Int4Weight) else weight
+        # the converted checkpoint holds GGUF's own dequantization: equal bit for bit, rotary order included
+        assert torch.equal(dense, checkpoint.get_tensor(name)), name
+    assert kinds == {(True, Int4Weight), (False, torch.Tensor)}  # projections 4-bit, the rest dense
+
+
+def test_q8_0_projections_arrive_dequantized(gguf_model) -> None:
+    model_dir = gguf_model(GGMLQuantizationType.Q8_0)
+    config = ModelConfig.from_dir(model_dir)
+    tensors = dict(iter_gguf_tensors(GGUFReader(model_dir / "model.gguf"), config.num_heads,
+                                     config.num_kv_heads, keep_int4=True))
+    assert all(isinstance(t, torch.Tensor) for t in tensors.values())
+
+
+def test_quantized_shards_carry_their_scales() -> None:
+    config = tiny_config()
+    full = random_int4(192, 192)  # [intermediate, hidden] and [hidden, intermediate] both 192 here
+    for name, dim in [("model.layers.0.mlp.up_proj.weight", 0), ("model.layers.0.mlp.down_proj.weight", 1)]:
+        shards = [shard_tensor(name, full, rank, 3, config) for rank in range(3)]
+        assert all(isinstance(s, Int4Weight) for s in shards)
+        assert torch.equal(torch.cat([s.dequantize() for s in shards], dim=dim), full.dequantize()), name
+    with pytest.raises(ModelError, match=r"tp_size=2 splits the 96 inputs .* 48, which cut through its 32-input"):
+        shard_tensor("model.layers.0.self_attn.o_proj.weight", random_int4(96, 96), 0, 2, config)
+
+
+def test_a_fused_weight_with_a_dense_part_is_dense() -> None:
+    # llama.cpp's mixes (Q4_K_M and friends) store some projections at higher precision than others
+    config = tiny_config()
+    q = random_int4(96, 96)
+    k, v = torch.randn(48, 96), torch.randn(48, 96)
+    names = [f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkv"]
+    ((name, fused),) = list(shard_and_merge(zip(names, (q, k, v)), config, rank=0, tp_size=1))
+    assert name == "model.layers.0.self_attn.qkv_proj.weight" and isinstance(fused, torch.Tensor)
+    assert torch.equal(fused, torch.cat([q.dequantize(), k, v]))
+
+
+def last_logits(model_dir: Path, tokens: list[int], quantization: str) -> torch.Tensor:
+    """Next-token logits [vocab] after `tokens`, from one tp = 1 prefill in this process."""
+    engine = Engine(EngineConfig(model_dir, dtype="float32", quantization=quantization, max_quantized_rows=1 << 20,
+                                 num_pages=64, cpu_threads=1, progress=False))
+    req = Req(0, tokens, SamplingParams(temperature=0), len(tokens))
+    req.pages = engine.kv_pool.allocator.allocate(engine.kv_pool.pages_for(len(tokens)))
+    batch = make_prefill_batch([req], [len(tokens)], engine.kv_pool, engine.device)
+    engine.attn_backend.prepare(batch)
+    with torch.inference_mode(), forward_context(batch, engine.attn_backend):
+        logits = engine.model.forward(batch)[0]
+    engine.shutdown()
+    return logits
+
+
+def test_quantized_greedy_tokens_agree_at_tp_1_and_3(gguf_model) -> None:
+    model_dir = gguf_model(GGMLQuantizationType.Q4_1)
+    prompts = [[1, 5, 9, 200, 17], [1, 300, 301, 302, 9, 9, 9, 40], [1, 77]]
+    greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    # max_quantized_rows large: every step, prefill included, runs the int4 kernel
+    args = dict(dtype="float32", quantization="gguf", max_quantized_rows=1 << 20, num_pages=512, cpu_threads=1,
+                progress=False)
+    tokens = {}
+    for tp in (1, 3):
+        with LLM(model_dir, tp_size=tp, **args) as llm:
+            tokens[tp] = [o.token_ids for o in llm.generate(prompts, greedy)]
+    # The int4 kernel rounds its output to bf16, and at tp 3 it does so for each rank's partial sum
+    # of o_proj / down_proj: the logits differ by ~1%, so the ranks may only part ways where tp 1's
+    # best two tokens are that close (this model parts at such near-ties after 14 of the 24 tokens
+    # on an AVX2 CPU). A wrongly sharded scale would change the very first tokens, at clear choices.
+    compared = 0
+    for prompt, ours, theirs in zip(prompts, tokens[1], tokens[3]):
+        agree = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), len(ours))
+        compared += agree
+        if agree < len(ours):
+            top2 = last_logits(model_dir, prompt + ours[:agree], "gguf").topk(2).values
+            assert top2[0] - top2[1] < 0.02 * top2[0].abs(), f"tp 3 left tp 1 at a clear choice: {top2.tolist()}"
+    assert compared >= 6, "too few tokens agreed to mean anything"
+
+
+def test_quantized_logits_stay_near_the_dense_model(gguf_model) -> None:
+    model_dir = gguf_model(GGMLQuantizationType.Q4_1)
+    prompt = [1, 300, 301, 302, 9, 9, 9, 40]
+    dense, quantized = last_logits(model_dir, prompt, "none"), last_logits(model_dir, prompt, "gguf")
+    # the same weights; only the kernel's bf16 activations and outputs differ: ~1% of the logit range
+    torch.testing.assert_close(quantized, dense, rtol=0, atol=0.02 * dense.abs().max().item())
+    assert quantized.argmax() == dense.argmax()
+
+
+# --- dtype / quantization "auto" -------------------------------------------------------------
+
+
+def fake_probe(int4_ms: dict[int, float], bf16_factor: float = 3.0) -> ProbeResult:
+    fp32 = {rows: 10.0 + rows for rows in precision.PROBE_ROWS}
+    return ProbeResult(
+        key={},
+        ms={"float32": fp32, "bfloat16": {r: bf16_factor * t for r, t in fp32.items()}, "int4": int4_ms},
+        head_ms={name: {r: 1.0 for r in fp32} for name in ("float32", "bfloat16", "int8")},
+    )
+
+
+def test_auto_takes_int4_for_the_batch_sizes_where_it_wins() -> None:
+    int4 = {1: 4.0, 2: 5.0, 4: 9.0, 8: 30.0, 16: 60.0, 32: 120.0}  # beats fp32 (11, 12, 14, 18, ...) up to 4 rows
+    choice = choose_precision(fake_probe(int4))
+    assert (choice.dtype, choice.quantization, choice.max_quantized_rows) == ("float32", "gguf", 4)
+    assert choose_precision(fake_probe(int4), allow_quantized=False).quantization == "none"  # no GGUF file
+    slower = {rows: 100.0 for rows in precision.PROBE_ROWS}
+    assert choose_precision(fake_probe(slower)).quantization == "none"
+    assert choose_precision(fake_probe(slower, bf16_factor=0.5)).dtype == "bfloat16"  # native bf16 CPU
+
+
+def test_probe_runs_once_per_machine_and_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("MINISGL_CACHE_DIR", str(tmp_path))
+    calls = []
+
+    def counting_probe(model, tp_size, threads):
+        calls.append((tp_size, threads))
+        return dataclasses.replace(fake_probe({r: 1.0 for r in precision.PROBE_ROWS}),
+                                   key=precision.probe_key(model, tp_size, threads))
+
+    monkeypatch.setattr(precision, "run_probe", counting_probe)
+    monkeypatch.setattr(precision.os, "getloadavg", lambda: (0.1, 0.1, 0.1))  # a quiet machine
+    model = tiny_config()
+    first = precision.cached_probe(model, 1, 2)
+    second = precision.cached_probe(model, 1, 2)
+    assert calls == [(1, 2)] and second.ms == first.ms  # the second came from the file
+    (cached,) = (tmp_path / "probe").iterdir()
+    assert json.loads(cached.read_text())["key"]["cpu"] == precision.cpu_name()
+    precision.cached_probe(model, 1, 1)  # another thread count is another measurement
+    assert calls == [(1, 2), (1, 1)]
+    monkeypatch.setattr(precision.os, "getloadavg", lambda: (99.0, 99.0, 99.0))  # a busy machine
+    precision.cached_probe(model, 2, 1)
+    precision.cached_probe(model, 2, 1)
+    assert calls[2:] == [(2, 1), (2, 1)]  # measured each time, never cached
+
+
+def test_the_real_probe_measures_every_variant() -> None:
+    model = tiny_config()
+    result = precision.run_probe(model, tp_size=1, threads=1)
+    assert set(result.ms) == {"float32", "bfloat16", "int4"} and set(result.head_ms) == {"float32", "bfloat16", "int8"}
+    assert all(ms > 0 for times in result.ms.values() for ms in times.values())
+
+
+def test_explicit_choices_skip_the_probe_and_bad_ones_fail(gguf_model, tiny_model_dir, monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(precision, "cached_probe", lambda *args: pytest.fail("the probe ran"))
+    dense_dir = tiny_model_dir(TINY)
+    explicit = resolve_precision(EngineConfig(dense_dir, dtype="float32"))
+    assert (explicit.dtype, explicit.quantization) == ("float32", "none")
+    # machines of a multi-node run could each measure differently: auto is fp32 there, unmeasured
+    multi_node = resolve_precision(EngineConfig(gguf_model(GGMLQuantizationType.Q4_1), nnodes=2))
+    assert (multi_node.dtype, multi_node.quantization) == ("float32", "none")
+    with pytest.raises(ValueError, match=r"has none; use --quantization none"):
+        resolve_precision(EngineConfig(dense_dir, dtype="float32", quantization="gguf"))
+    with pytest.raises(ValueError, match="CPU only"):
+        resolve_precision(EngineConfig(gguf_model(GGMLQuantizationType.Q4_1), device="cuda", quantization="gguf"))
+    moe_dir = tmp_path / "moe"
+    shutil.copytree(tiny_model_dir("qwen3-moe"), moe_dir)
+    (moe_dir / "model.gguf").touch()  # only its presence is checked before the layout
+    with pytest.raises(ValueError, match="not a mixture of experts"):
+        resolve_precision(EngineConfig(moe_dir, dtype="float32", quantization="gguf"))
+    forced = resolve_precision(EngineConfig(gguf_model(GGMLQuantizationType.Q4_1), dtype="float32",
+                                            quantization="gguf", max_quantized_rows=4))
+    assert (forced.quantization, forced.max_quantized_rows) == ("gguf", 4)
+
+
+def test_packed_weights_load_into_the_layers(gguf_model) -> None:
+    engine = Engine(EngineConfig(gguf_model(GGMLQuantizationType.Q4_1), dtype="float32", quantization="gguf",
+                                 max_quantized_rows=8, num_pages=64, cpu_threads=1, progress=False))
+    state = engine.model.state_dict()
+    packed = {name for name, w in state.items() if isinstance(w, PackedInt4Weight)}
+    assert packed and all(name.endswith(("qkv_proj.weight", "o_proj.weight", "gate_up_proj.weight",
+                                         "down_proj.weight")) for name in packed)
+    assert len(packed) == 4 * TINY_MODEL_SPECS[TINY].config.num_hidden_layers
+    # the GGUF's Q8_0 tied embedding: an 8-bit LM head whose lookups read the dense rows
+    embedding = state["model.embed_tokens.weight"]
+    checkpoint = safe_open(str(engine.model_path / "model.safetensors"), framework="pt")
+    assert isinstance(embedding, PackedInt8Weight)
+    assert torch.equal(embedding.dense, checkpoint.get_tensor("model.embed_tokens.weight"))
+    engine.shutdown()
