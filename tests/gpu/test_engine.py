@@ -136,7 +136,7 @@ def test_greedy_tokens_same_with_graphs_and_overlap_on_or_off(name: str, tiny_mo
             assert tokens == reference, f"graphs={graphs} overlap={overlap} differs"
 
 
-@pytest.mark.parametrize("shape", sorted(set(SHAPES) - {"qwen3-30b-a3b"}))  # 61 GB: tests/gpu/test_moe.py cuts it
+@pytest.mark.parametrize("shape", sorted(set(SHAPES) - {"qwen3-30b-a3b"}))  # 61 GB: tests/gpu/test_moe_gpu.py cuts it
 def test_dummy_weights_from_a_config_only_dir(shape: str, tmp_path: Path) -> None:
     model_dir = make_shape_dir(shape, tmp_path / shape)
     run = InProcessRun(_config(model_dir, load_format="dummy", kv_memory_gb=2.0))
