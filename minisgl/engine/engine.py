@@ -39,6 +39,7 @@ from minisgl.distributed.symm_mem import enable_symm_mem, keep_multicast_off, sy
 from minisgl.distributed.rendezvous import rendezvous
 from minisgl.kvcache import KVCachePool
 from minisgl.layers import local_kv_heads, use_tp_ops
+from minisgl.layers.prepacked import prepack_linear_weights, prepacking_available
 from minisgl.layers.batch_invariant import set_batch_invariant
 from minisgl.models.config import ModelConfig
 from minisgl.models.registry import create_model
@@ -210,6 +211,9 @@ class Engine:
         still_empty = [name for name, w in self.model.state_dict().items() if isinstance(w, torch.Tensor) and w.is_meta]
         if still_empty:
             raise ValueError(f"checkpoint has no tensor for {still_empty[:3]}")
+        if (self.device.type == "cpu" and self.dtype == torch.float32 and not self.config.deterministic
+                and self.config.tp_ops is None and prepacking_available()):
+            prepack_linear_weights(self.model)  # oneDNN's layout once, instead of a BLAS repack per call
 
     def _sync_num_pages(self) -> int:
         """Pages every rank can afford; the minimum over ranks, so all ranks admit the same requests."""

@@ -24,7 +24,9 @@ from pathlib import Path
 import torch
 
 from minisgl.layers import local_kv_heads, vocab_shard_size
+from minisgl.layers.base import Weight
 from minisgl.layers.linear import linear
+from minisgl.layers.prepacked import PrepackedFloatWeight, prepacking_available
 from minisgl.layers.quantized import Int4Weight, PackedInt4Weight, PackedInt8Weight
 from minisgl.models.config import ModelConfig
 from minisgl.models.default_model import minisgl_cache_dir
@@ -38,7 +40,7 @@ PROBE_BYTES = 64 << 20  # fp32 layer weights the probe streams per pass: more th
 SAMPLES = 3  # the median of 3 passes, so one noisy pass (another process waking up) cannot decide
 GIVE_UP_FACTOR = 3.0  # one pass this much slower than the best variant so far is enough to rule it out
 DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-PROBE_VERSION = 2  # bump when the measurement changes, so old cached results are not reused
+PROBE_VERSION = 3  # bump when the measurement changes, so old cached results are not reused
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +157,8 @@ def choose_precision(probe: ProbeResult, dtype: str | None = None, allow_quantiz
 def describe(precision: Precision) -> str:
     """One line for check_env and the logs: what `auto` picked."""
     if precision.quantization == "none":
-        return f"{precision.dtype} weights"
+        prepacked = precision.dtype == "float32" and prepacking_available()
+        return f"{precision.dtype} weights{' (prepacked for oneDNN)' if prepacked else ''}"
     return (f"{precision.dtype} weights, the GGUF's 4-/8-bit weights for batches of <= "
             f"{precision.max_quantized_rows} rows")
 
@@ -206,9 +209,10 @@ def run_probe(model: ModelConfig, tp_size: int, threads: int) -> ProbeResult:
         ms: dict[str, dict[int, float]] = {}
         head_ms: dict[str, dict[int, float]] = {}
         for name, dtype in DTYPE_NAMES.items():
-            weights = [torch.randn(s, generator=generator).to(dtype) for s in shapes * num_probe_layers]
+            weights = [_engine_form(torch.randn(s, generator=generator).to(dtype)) for s in shapes * num_probe_layers]
             ms[name] = _time_rows(weights, dtype, ms, scale)
-            head_ms[name] = _time_rows([torch.randn(head_shape, generator=generator).to(dtype)], dtype, head_ms, 1.0)
+            head = _engine_form(torch.randn(head_shape, generator=generator).to(dtype))
+            head_ms[name] = _time_rows([head], dtype, head_ms, 1.0)
             del weights
         try:
             packed = [_random_int4(s, generator) for s in shapes * num_probe_layers]
@@ -229,6 +233,13 @@ def rank_linear_shapes(model: ModelConfig, tp_size: int) -> list[tuple[int, int]
     local_ffn = model.intermediate_size // tp_size
     return [(q_size + 2 * kv_size, model.hidden_size), (model.hidden_size, q_size),
             (2 * local_ffn, model.hidden_size), (model.hidden_size, local_ffn)]
+
+
+def _engine_form(weight: torch.Tensor) -> Weight:
+    """A dense weight as the engine will hold it: fp32 prepacked for oneDNN where it can be (prepacked.py)."""
+    if weight.dtype == torch.float32 and prepacking_available():
+        return PrepackedFloatWeight.from_dense(weight, keep_dense=False)
+    return weight
 
 
 def _random_int4(shape: tuple[int, int], generator: torch.Generator) -> PackedInt4Weight:

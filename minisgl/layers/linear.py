@@ -163,8 +163,9 @@ class RowParallelLinear(_LinearBase):
 
 
 def linear(x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ weight.T + bias: the small-batch GEMV kernel on CUDA decode batches, the int4 / int8 kernel
-    for a quantized weight (CPU, quantized.py), else F.linear."""
+    """x @ weight.T + bias: the small-batch GEMV kernel on CUDA decode batches, a `PackedWeight`'s
+    own kernel on the CPU (int4 / int8 in quantized.py, oneDNN's fp32 GEMM in prepacked.py), else
+    F.linear."""
     if isinstance(weight, PackedWeight):
         y = weight.matmul(x)
         return y if bias is None else y + bias

@@ -118,8 +118,9 @@ class Int4Weight:
 
 @dataclass
 class PackedWeight:
-    """What a quantized layer holds: codes in a kernel's layout, and the dense weight where it is
-    needed (batches above `max_quantized_rows` rows; the lookups of a tied embedding)."""
+    """A weight in a kernel's own layout (quantized codes here, oneDNN's fp32 layout in
+    prepacked.py), and the dense weight where it is needed (batches above `max_quantized_rows`
+    rows; the lookups of a tied embedding)."""
 
     shape: torch.Size  # [out, in] of the weight it stands for
     dense: torch.Tensor | None  # [out, in] in the model's dtype

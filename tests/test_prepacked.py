@@ -1,0 +1,98 @@
+"""fp32 weights prepacked for oneDNN on the CPU (layers/prepacked.py): the same products as F.linear
+within fp32 rounding, every matmul weight of a loaded model swapped (the tied embedding keeping its
+rows for lookups), and none where the engine must keep plain tensors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from minisgl.core import Req, SamplingParams, forward_context
+from minisgl.engine import engine as engine_module
+from minisgl.engine.config import EngineConfig
+from minisgl.engine.engine import Engine
+from minisgl.layers.linear import linear
+from minisgl.layers.prepacked import PrepackedFloatWeight, prepacking_available
+from minisgl.scheduler.batch import make_prefill_batch
+from minisgl.testing.tiny_models import TINY_MODEL_SPECS
+
+pytestmark = pytest.mark.skipif(not prepacking_available(), reason="this PyTorch build has no oneDNN linear prepack")
+
+MATMUL_SUFFIXES = ("qkv_proj.weight", "o_proj.weight", "gate_up_proj.weight", "down_proj.weight")
+
+
+def fp32_tolerance(x: torch.Tensor, weight: torch.Tensor) -> float:
+    """A bound on two fp32 summation orders' difference: a few ulps of the largest |x| |W| sum."""
+    return 8 * x.shape[-1] * torch.finfo(torch.float32).eps * (x.abs() @ weight.abs().t()).max().item()
+
+
+@pytest.mark.parametrize("rows", [1, 7, 32, 33, 130])
+def test_prepacked_matmul_is_f_linear_within_fp32_rounding(rows: int) -> None:
+    generator = torch.Generator().manual_seed(rows)
+    weight = torch.randn(96, 200, generator=generator)
+    x = torch.randn(rows, 200, generator=generator)
+    packed = PrepackedFloatWeight.from_dense(weight, keep_dense=False)
+    y = packed.matmul(x)
+    assert y.shape == (rows, 96) and y.dtype == torch.float32
+    torch.testing.assert_close(y, F.linear(x, weight), rtol=0, atol=fp32_tolerance(x, weight))
+    bias = torch.randn(96, generator=generator)
+    torch.testing.assert_close(linear(x, packed, bias), F.linear(x, weight, bias), rtol=0,
+                               atol=fp32_tolerance(x, weight))
+
+
+def test_a_strided_input_and_the_weight_are_left_as_they_were() -> None:
+    weight = torch.randn(64, 48)
+    original = weight.clone()
+    wide = torch.randn(5, 100)
+    x = wide[:, 10:58]  # a view: rows 100 apart in memory
+    packed = PrepackedFloatWeight.from_dense(weight, keep_dense=True)
+    torch.testing.assert_close(packed.matmul(x), F.linear(x, weight), rtol=0, atol=fp32_tolerance(x, weight))
+    assert torch.equal(weight, original) and packed.dense is weight
+    assert packed.kernel_bytes == weight.nbytes
+
+
+def load(model_dir, **config) -> Engine:
+    return Engine(EngineConfig(model_dir, num_pages=64, cpu_threads=1, progress=False, **config))
+
+
+def last_logits(engine: Engine, tokens: list[int]) -> torch.Tensor:
+    """Next-token logits [vocab] after `tokens`, from one prefill."""
+    req = Req(0, tokens, SamplingParams(temperature=0), len(tokens))
+    req.pages = engine.kv_pool.allocator.allocate(engine.kv_pool.pages_for(len(tokens)))
+    batch = make_prefill_batch([req], [len(tokens)], engine.kv_pool, engine.device)
+    engine.attn_backend.prepare(batch)
+    with torch.inference_mode(), forward_context(batch, engine.attn_backend):
+        return engine.model.forward(batch)[0]
+
+
+def test_an_fp32_engine_prepacks_every_matmul_weight_and_computes_the_same_logits(tiny_model_dir, monkeypatch) -> None:
+    model_dir = tiny_model_dir("llama-tied")
+    engine = load(model_dir, dtype="float32")
+    state = engine.model.state_dict()
+    packed = {name for name, w in state.items() if isinstance(w, PrepackedFloatWeight)}
+    layers = TINY_MODEL_SPECS["llama-tied"].config.num_hidden_layers
+    assert {n for n in packed if n.endswith(MATMUL_SUFFIXES)} == {n for n in state if n.endswith(MATMUL_SUFFIXES)}
+    assert len(packed) == 4 * layers + 1  # and the tied embedding, which serves as the LM head
+    embedding = state["model.embed_tokens.weight"]
+    assert isinstance(embedding, PrepackedFloatWeight) and isinstance(embedding.dense, torch.Tensor)
+    prompt = [1, 300, 301, 302, 9, 9, 9, 40]
+    prepacked = last_logits(engine, prompt)
+    engine.shutdown()
+
+    monkeypatch.setattr(engine_module, "prepacking_available", lambda: False)
+    plain_engine = load(model_dir, dtype="float32")
+    assert not any(isinstance(w, PrepackedFloatWeight) for w in plain_engine.model.state_dict().values())
+    plain = last_logits(plain_engine, prompt)
+    plain_engine.shutdown()
+    torch.testing.assert_close(prepacked, plain, rtol=1e-4, atol=1e-4 * plain.abs().max().item())
+
+
+@pytest.mark.parametrize("config", [dict(dtype="bfloat16"), dict(dtype="float32", deterministic=True)],
+                         ids=["bf16", "deterministic"])
+def test_engines_that_need_plain_tensors_keep_them(tiny_model_dir, config: dict) -> None:
+    engine = load(tiny_model_dir("llama-tied"), **config)
+    try:
+        assert not any(isinstance(w, PrepackedFloatWeight) for w in engine.model.state_dict().values())
+    finally:
+        engine.shutdown()
