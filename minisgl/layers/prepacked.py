@@ -26,7 +26,7 @@ import torch
 from .base import BaseOP, OPList
 from .embedding import ParallelLMHead
 from .linear import _LinearBase
-from .quantized import PackedWeight
+from .quantized import PackedInt4Weight, PackedWeight
 
 # the batch size oneDNN picks its blocking for; any number of rows multiplies correctly
 REORDER_FOR_ROWS = 32
@@ -61,7 +61,8 @@ class PrepackedFloatWeight(PackedWeight):
 
 def prepack_linear_weights(model: BaseOP) -> int:
     """Swap every fp32 weight a matmul reads (linear layers, the LM head) for its prepacked form, in
-    place; returns how many were swapped. Quantized weights and other dtypes stay as they are."""
+    place, and so the dense copy a 4-bit layer keeps for large batches; returns how many were
+    swapped. Other dtypes, and the rows a tied embedding looks up, stay plain tensors."""
     swapped = 0
     for op in _walk(model):
         if isinstance(op, _LinearBase):
@@ -72,10 +73,17 @@ def prepack_linear_weights(model: BaseOP) -> int:
         else:
             continue
         weight = owner.weight
-        if isinstance(weight, torch.Tensor) and weight.dtype == torch.float32 and weight.device.type == "cpu":
+        if _is_cpu_fp32(weight):
             owner.weight = PrepackedFloatWeight.from_dense(weight, keep_dense)
             swapped += 1
+        elif isinstance(weight, PackedInt4Weight) and _is_cpu_fp32(weight.dense):
+            weight.dense = PrepackedFloatWeight.from_dense(weight.dense, keep_dense=False)
+            swapped += 1
     return swapped
+
+
+def _is_cpu_fp32(weight: object) -> bool:
+    return isinstance(weight, torch.Tensor) and weight.dtype == torch.float32 and weight.device.type == "cpu"
 
 
 def _walk(op: BaseOP) -> Iterator[BaseOP]:

@@ -123,7 +123,7 @@ class PackedWeight:
     rows; the lookups of a tied embedding)."""
 
     shape: torch.Size  # [out, in] of the weight it stands for
-    dense: torch.Tensor | None  # [out, in] in the model's dtype
+    dense: torch.Tensor | PackedWeight | None  # [out, in] in the model's dtype (fp32 may be prepacked)
     max_quantized_rows: int | None  # None: the quantized kernel takes every batch
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
@@ -135,7 +135,7 @@ class PackedWeight:
         computed on its own, so a row's result never depends on the batch around it.
         """
         if self.max_quantized_rows is not None and x.shape[0] > self.max_quantized_rows:
-            return F.linear(x, self.dense)
+            return self.dense.matmul(x) if isinstance(self.dense, PackedWeight) else F.linear(x, self.dense)
         # a fresh contiguous copy: the kernels use aligned loads, which a view at an offset would break
         x_bf16 = torch.empty(x.shape, dtype=torch.bfloat16).copy_(x)
         return self._kernel(x_bf16).to(x.dtype)
