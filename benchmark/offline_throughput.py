@@ -4,7 +4,6 @@ bf16 and 4-bit GGUF weights. Before the runs it measures this machine's read ban
 peak, and prints each result as a fraction of them: the bandwidth floor (every weight byte read
 once per decode step) at batch 1, the matmul peak (2 flops per weight per token) at batch >= 16.
 For minisgl's bf16 and GGUF runs it also counts the greedy answers equal to its fp32 run's.
-For minisgl's bf16 and GGUF runs it also counts the greedy answers equal to its fp32 run's.
 
     python benchmark/offline_throughput.py                         # everything, embedded SmolLM2
     python benchmark/offline_throughput.py --batch-sizes 1 32 --new-tokens 32 --minisgl float32 gguf
