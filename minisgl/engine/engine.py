@@ -39,8 +39,8 @@ from minisgl.distributed.symm_mem import enable_symm_mem, keep_multicast_off, sy
 from minisgl.distributed.rendezvous import rendezvous
 from minisgl.kvcache import KVCachePool
 from minisgl.layers import local_kv_heads, use_tp_ops
-from minisgl.layers.prepacked import prepack_linear_weights, prepacking_available
 from minisgl.layers.batch_invariant import set_batch_invariant
+from minisgl.layers.prepacked import prepack_linear_weights, prepacking_available
 from minisgl.models.config import ModelConfig
 from minisgl.models.registry import create_model
 from minisgl.models.stage import PipelineStage

@@ -1,8 +1,8 @@
 """`BaseOP`: a layer is plain tensors plus child layers; its state dict is read off its attributes.
 
 No nn.Module machinery: inference needs no autograd, hooks or buffers. Public tensor attributes
-are weights (a quantized or prepacked weight is a `PackedWeight` instead, chapter 04), public `BaseOP` /
-`OPList` attributes are children, and names starting with `_` are private (caches, tied
+are weights (a quantized or prepacked weight is a `PackedWeight` instead, chapter 04), public
+`BaseOP` / `OPList` attributes are children, and names starting with `_` are private (caches, tied
 references). The dotted names match Hugging Face checkpoints after the loader's q/k/v and gate/up
 merges (chapter 04).
 """

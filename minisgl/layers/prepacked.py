@@ -7,9 +7,9 @@ returns the weight in the layout its GEMM reads, and `_linear_pointwise` multipl
 calls PyTorch's own compiler makes for frozen CPU models). Same fp32 arithmetic, another summation
 order, so results differ from `F.linear` in the last bits, never in kind.
 
-Measured on 2 AVX2 cores (`benchmark/offline_throughput.py` prints this machine's numbers): the
-SmolLM2 LM head [49152, 576] at 32 rows 46.6 -> 20.8 ms, gate_up_proj [3072, 576] 1.26 -> 0.85 ms;
-at 1 row most layers are as fast either way.
+Measured on 2 AVX2 cores, one call at a time: the SmolLM2 LM head [49152, 576] at 32 rows
+46.6 -> 20.8 ms, gate_up_proj [3072, 576] 1.26 -> 0.85 ms; at 1 row most layers are as fast
+either way. Whole decode steps: `benchmark/offline_throughput.py`.
 
 Not used for `--deterministic` (it keeps the fixed-tile F.linear calls whose rows cannot depend on
 the batch), for the capstone (its own matmuls take plain tensors), nor for bf16 (that path needs
