@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -255,7 +256,7 @@ def test_probe_runs_once_per_machine_and_model(monkeypatch: pytest.MonkeyPatch, 
                                    key=precision.probe_key(model, tp_size, threads))
 
     monkeypatch.setattr(precision, "run_probe", counting_probe)
-    monkeypatch.setattr(precision.os, "getloadavg", lambda: (0.1, 0.1, 0.1))  # a quiet machine
+    monkeypatch.setattr(precision, "cpu_share", lambda *args: 0.95)  # a quiet machine
     model = tiny_config()
     first = precision.cached_probe(model, 1, 2)
     second = precision.cached_probe(model, 1, 2)
@@ -264,10 +265,22 @@ def test_probe_runs_once_per_machine_and_model(monkeypatch: pytest.MonkeyPatch, 
     assert json.loads(cached.read_text())["key"]["cpu"] == precision.cpu_name()
     precision.cached_probe(model, 1, 1)  # another thread count is another measurement
     assert calls == [(1, 2), (1, 1)]
-    monkeypatch.setattr(precision.os, "getloadavg", lambda: (99.0, 99.0, 99.0))  # a busy machine
+    monkeypatch.setattr(precision, "cpu_share", lambda *args: 0.5)  # a busy machine
     precision.cached_probe(model, 2, 1)
     precision.cached_probe(model, 2, 1)
     assert calls[2:] == [(2, 1), (2, 1)]  # measured each time, never cached
+
+
+def test_cpu_share_sees_a_process_that_waits_and_one_that_computes() -> None:
+    start_wall, start_cpu = time.perf_counter(), time.process_time()
+    time.sleep(0.3)  # no CPU at all
+    assert precision.cpu_share(start_wall, start_cpu, threads=1) < 0.2
+    start_wall, start_cpu = time.perf_counter(), time.process_time()
+    while time.perf_counter() - start_wall < 0.3:  # one thread busy: a share of one core, half of two
+        pass
+    alone = precision.cpu_share(start_wall, start_cpu, threads=1)
+    assert alone > 0.3  # even beside other work, a spinning thread gets a good part of a core
+    assert precision.cpu_share(start_wall, start_cpu, threads=4) < alone / 2
 
 
 def test_the_real_probe_measures_every_variant() -> None:
