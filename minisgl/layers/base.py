@@ -82,6 +82,10 @@ class OPList(BaseOP, Generic[OP]):
     def __len__(self) -> int:
         return len(self._ops)
 
+    def named_children(self) -> Iterator[tuple[str, BaseOP]]:
+        for index, op in enumerate(self._ops):
+            yield str(index), op
+
     def state_dict(self, prefix: str = "") -> dict[str, Weight]:
         state: dict[str, Weight] = {}
         for index, op in enumerate(self._ops):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import BaseOP, OPList
+from .base import BaseOP
 from .embedding import ParallelLMHead
 from .linear import _LinearBase
 from .quantized import PackedInt4Weight, PackedWeight
@@ -59,11 +59,10 @@ class PrepackedFloatWeight(PackedWeight):
         return self.shape.numel() * 4
 
 
-def prepack_linear_weights(model: BaseOP) -> int:
+def prepack_linear_weights(model: BaseOP) -> None:
     """Swap every fp32 weight a matmul reads (linear layers, the LM head) for its prepacked form, in
-    place, and so the dense copy a 4-bit layer keeps for large batches; returns how many were
-    swapped. Other dtypes, and the rows a tied embedding looks up, stay plain tensors."""
-    swapped = 0
+    place, and so the dense copy a 4-bit layer keeps for large batches. Other dtypes, and the rows
+    a tied embedding looks up, stay plain tensors."""
     for op in _walk(model):
         if isinstance(op, _LinearBase):
             owner, keep_dense = op, False
@@ -75,11 +74,8 @@ def prepack_linear_weights(model: BaseOP) -> int:
         weight = owner.weight
         if _is_cpu_fp32(weight):
             owner.weight = PrepackedFloatWeight.from_dense(weight, keep_dense)
-            swapped += 1
         elif isinstance(weight, PackedInt4Weight) and _is_cpu_fp32(weight.dense):
             weight.dense = PrepackedFloatWeight.from_dense(weight.dense, keep_dense=False)
-            swapped += 1
-    return swapped
 
 
 def _is_cpu_fp32(weight: object) -> bool:
@@ -88,6 +84,5 @@ def _is_cpu_fp32(weight: object) -> bool:
 
 def _walk(op: BaseOP) -> Iterator[BaseOP]:
     yield op
-    children = list(op) if isinstance(op, OPList) else [child for _, child in op.named_children()]
-    for child in children:
+    for _, child in op.named_children():
         yield from _walk(child)
