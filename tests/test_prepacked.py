@@ -15,7 +15,7 @@ from minisgl.engine.config import EngineConfig
 from minisgl.engine.engine import Engine
 from minisgl.layers.linear import linear
 from minisgl.layers.prepacked import PrepackedFloatWeight, prepacking_available
-from minisgl.layers.quantized import PackedInt4Weight
+from minisgl.layers.quantized import BlockQ4Weight, PackedInt4Weight
 from minisgl.scheduler.batch import make_prefill_batch
 from minisgl.testing.tiny_gguf import make_tiny_gguf_model
 from minisgl.testing.tiny_models import TINY_MODEL_SPECS
@@ -105,11 +105,11 @@ def test_the_dense_copy_a_4bit_layer_keeps_for_large_batches_is_prepacked_too(tm
     model_dir = make_tiny_gguf_model("llama-tied", tmp_path / "q4_1", GGMLQuantizationType.Q4_1)
     engine = load(model_dir, dtype="float32", quantization="gguf", max_quantized_rows=2)
     try:
-        int4 = [w for w in engine.model.state_dict().values() if isinstance(w, PackedInt4Weight)]
+        int4 = [w for w in engine.model.state_dict().values() if isinstance(w, (BlockQ4Weight, PackedInt4Weight))]
         assert int4 and all(isinstance(w.dense, PrepackedFloatWeight) for w in int4)
         weight = int4[0]
         x = torch.randn(5, weight.shape[1])  # 5 rows > 2: the dense copy's path
-        by_int4_kernel = weight._kernel(x.bfloat16()).float()  # the same weights, bf16 activations
+        by_int4_kernel = weight._kernel(x)  # the same weights, activations rounded by the kernel
         by_dense_copy = weight.matmul(x)
         assert by_dense_copy.shape == (5, weight.shape[0])
         torch.testing.assert_close(by_dense_copy, by_int4_kernel, rtol=0, atol=0.02 * by_int4_kernel.abs().max().item())

@@ -1,5 +1,7 @@
-"""GGUF weights on the CPU: the int4 and int8 kernels against their dequantized weights, the GGUF
-reader against the converted checkpoint, quantized shards at tp 1 and 3, and `auto`'s speed probe."""
+"""GGUF weights on the CPU: the 4-bit and 8-bit kernels (minisgl's own, and PyTorch's fallback)
+against their dequantized weights, the GGUF reader against the converted checkpoint, quantized
+shards at tp 1 and 3, and `auto`'s speed probe. tests/test_cpu_kernels.py tests the compiled
+kernels themselves (builds, portable path, errors)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ from minisgl.engine import precision
 from minisgl.engine.config import EngineConfig
 from minisgl.engine.engine import Engine
 from minisgl.engine.precision import ProbeResult, choose_precision, resolve_precision
-from minisgl.layers.quantized import Int4Weight, PackedInt4Weight, PackedInt8Weight
+from minisgl.layers import quantized
+from minisgl.layers.quantized import (BlockQ4Weight, BlockQ8Weight, Int4Weight, PackedInt4Weight, PackedInt8Weight,
+                                      PackedWeight, quantize_q8_0)
 from minisgl.models.config import ModelConfig, ModelError
 from minisgl.models.gguf_weights import iter_gguf_tensors
 from minisgl.models.weight import shard_and_merge, shard_tensor
@@ -31,6 +35,7 @@ from minisgl.testing.tiny_gguf import make_tiny_gguf_model
 from minisgl.testing.tiny_models import TINY_MODEL_SPECS
 
 BF16_UNIT_ROUNDOFF = 2.0**-8  # bf16 keeps 8 significant bits
+FP32_SLOP = 2.0**-18  # fp32 accumulation over a few hundred terms, relative to sum |x w|
 TINY = "llama-tied"  # tied Q8_0 embedding and 6 heads / 3 KV heads, like SmolLM2; valid at tp 1 and 3
 
 
@@ -53,45 +58,92 @@ def random_int4(out_features: int, in_features: int, group_size: int = 32, seed:
     return Int4Weight(codes, scale, minimum, group_size)
 
 
+@pytest.fixture(params=["minisgl", "torch"])
+def kernels(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which kernels the quantized weights get: minisgl's compiled ones, or PyTorch's (the fallback
+    of a machine without a C compiler)."""
+    if request.param == "minisgl" and quantized.cpu_kernels() is None:
+        pytest.skip("minisgl's CPU kernels could not be built here (no C compiler?): the log says why")
+    if request.param == "torch":
+        monkeypatch.setattr(quantized, "cpu_kernels", lambda: None)
+    return request.param
+
+
+def int16_activation_bound(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """|x @ W.T - y| allowed for minisgl's kernels [rows, out]: each block of 32 activations is
+    rounded to 16-bit codes of step amax / 32767, so each activation moves by at most half a step;
+    the weights are the blocks' exact values; fp32 accumulation adds a little."""
+    x, weight = x.double(), weight.double()
+    half_step = x.abs().view(x.shape[0], -1, 32).amax(-1) / (2 * 32767)  # [rows, in / 32]
+    moved = half_step.repeat_interleave(32, dim=1)  # [rows, in]
+    return (moved @ weight.abs().T) * 1.01 + FP32_SLOP * (x.abs() @ weight.abs().T)
+
+
+def test_each_kernel_family_gets_its_own_layout(kernels: str) -> None:
+    int4 = random_int4(96, 256).pack(torch.float32, None)
+    int8 = quantize_q8_0(torch.randn(40, 64), None, keep_dense=False)
+    expected = (BlockQ4Weight, BlockQ8Weight) if kernels == "minisgl" else (PackedInt4Weight, PackedInt8Weight)
+    assert (type(int4), type(int8)) == expected
+
+
 @pytest.mark.parametrize("group_size", [32, 64])
-def test_int4_matmul_is_the_dequantized_matmul_within_bf16_rounding(group_size: int) -> None:
+def test_int4_matmul_is_the_dequantized_matmul_within_its_rounding(kernels: str, group_size: int) -> None:
+    if kernels == "minisgl" and group_size != 32:
+        pytest.skip("minisgl's kernel reads GGUF blocks of 32; other group sizes take PyTorch's")
     weight = random_int4(96, 256, group_size)
     x = torch.randn(5, 256, generator=torch.Generator().manual_seed(1))
     got = weight.pack(torch.float32, None).matmul(x)
     reference = x.double() @ weight.dequantize().double().T
-    # The kernel rounds x, the scale and the zero (minimum + 8 * scale) to bf16, accumulates in
-    # fp32 and rounds the output to bf16: each weight is off by at most u * (|code - 8| * scale +
-    # |zero|), each activation by u * |x|, the sum by u * |y| (u = bf16's unit roundoff).
-    scale = weight.scale.repeat_interleave(group_size, 1).double()
-    zero = (weight.minimum + 8 * weight.scale).repeat_interleave(group_size, 1).double()
-    weight_error = (weight.codes.double() - 8).abs() * scale + zero.abs()
-    term_bound = x.double().abs() @ (weight.dequantize().double().abs() + weight_error).T
-    bound = BF16_UNIT_ROUNDOFF * (term_bound + reference.abs()) * 1.01 + 256 * 2.0**-24 * term_bound
+    if kernels == "minisgl":
+        bound = int16_activation_bound(x, weight.dequantize())
+    else:
+        # PyTorch's kernel rounds x, the scale and the zero (minimum + 8 * scale) to bf16, accumulates
+        # in fp32 and rounds the output to bf16: each weight is off by at most u * (|code - 8| * scale +
+        # |zero|), each activation by u * |x|, the sum by u * |y| (u = bf16's unit roundoff).
+        scale = weight.scale.repeat_interleave(group_size, 1).double()
+        zero = (weight.minimum + 8 * weight.scale).repeat_interleave(group_size, 1).double()
+        weight_error = (weight.codes.double() - 8).abs() * scale + zero.abs()
+        term_bound = x.double().abs() @ (weight.dequantize().double().abs() + weight_error).T
+        bound = BF16_UNIT_ROUNDOFF * (term_bound + reference.abs()) * 1.01 + 256 * 2.0**-24 * term_bound
     error = (got.double() - reference).abs()
     assert (error <= bound).all(), f"worst excess {(error - bound).max().item():.3g}"
     assert got.dtype == torch.float32
 
 
-def test_int8_head_is_its_q8_0_weight_within_bf16_rounding() -> None:
+def q8_0_values(packed: PackedWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(codes [out, in], per-weight step [out, in], the weight codes * step) of either 8-bit form."""
+    out_features, in_features = packed.shape
+    if isinstance(packed, BlockQ8Weight):
+        codes, scale = packed.codes, packed.scale.double()  # [out, in], [out, in / 32]
+    else:
+        codes = packed.codes.permute(1, 0, 2).reshape(out_features, in_features)  # from [in / 32, out, 32]
+        scale = packed.scale.double().T
+    step = scale.repeat_interleave(32, dim=1)
+    return codes, step, codes.double() * step
+
+
+def test_int8_head_is_its_q8_0_weight_within_its_rounding(kernels: str) -> None:
     generator = torch.Generator().manual_seed(2)
     weight = torch.randn(97, 64, generator=generator) * torch.rand(97, 1, generator=generator)  # rows of varied size
     weight[5] = 0  # a vocab padding row
-    packed = PackedInt8Weight.from_dense(weight, max_quantized_rows=None, keep_dense=False)
-    step = packed.scale.double().T.repeat_interleave(32, dim=1)  # [out, in]
-    values = packed.codes.double().permute(1, 0, 2).reshape(97, 64) * step  # the weight the kernel multiplies by
-    # half a step to the nearest code, plus the bf16 scale's rounding (u relative) times codes up to 127
-    assert ((values - weight.double()).abs() <= (0.5 + 127 * BF16_UNIT_ROUNDOFF) * 1.01 * step).all()
+    packed = quantize_q8_0(weight, max_quantized_rows=None, keep_dense=False)
+    _, step, values = q8_0_values(packed)  # the weight the kernel multiplies by
+    # half a step to the nearest code, plus (PyTorch's form) the bf16 scale's rounding times codes up to 127
+    scale_rounding = 0 if kernels == "minisgl" else 127 * BF16_UNIT_ROUNDOFF
+    assert ((values - weight.double()).abs() <= (0.5 + scale_rounding) * 1.01 * step).all()
     assert packed.dense is None
     x = torch.randn(6, 64, generator=generator)
     got, reference = packed.matmul(x).double(), x.double() @ values.T
-    # bf16 activations (u |x| per term) and each group's bf16 output (u |partial|): at most 2u sum |x w|
-    bound = 2 * BF16_UNIT_ROUNDOFF * (x.double().abs() @ values.abs().T) * 1.01
+    if kernels == "minisgl":
+        bound = int16_activation_bound(x, values)
+    else:  # bf16 activations (u |x| per term) and each group's bf16 output (u |partial|): at most 2u sum |x w|
+        bound = 2 * BF16_UNIT_ROUNDOFF * (x.double().abs() @ values.abs().T) * 1.01
     assert ((got - reference).abs() <= bound).all()
     with pytest.raises(ValueError, match="whole groups of 32 inputs"):
-        PackedInt8Weight.from_dense(torch.randn(8, 48), None, keep_dense=False)
+        quantize_q8_0(torch.randn(8, 48), None, keep_dense=False)
 
 
-def test_int8_head_gets_back_the_gguf_q8_0_codes(gguf_model) -> None:
+def test_int8_head_gets_back_the_gguf_q8_0_codes(kernels: str, gguf_model) -> None:
     model_dir = gguf_model(GGMLQuantizationType.Q4_1)
     (stored,) = [t for t in GGUFReader(model_dir / "model.gguf").tensors if t.name == "token_embd.weight"]
     assert stored.tensor_type == GGMLQuantizationType.Q8_0
@@ -100,35 +152,49 @@ def test_int8_head_gets_back_the_gguf_q8_0_codes(gguf_model) -> None:
     scale = torch.from_numpy(blocks[..., :2].copy().view(np.float16)[..., 0].astype(np.float32))  # [out, groups]
     codes = torch.from_numpy(blocks[..., 2:].copy().view(np.int8))  # [out, groups, 32]
     dense = safe_open(str(model_dir / "model.safetensors"), framework="pt").get_tensor("model.embed_tokens.weight")
-    packed = PackedInt8Weight.from_dense(dense, None, keep_dense=True)
-    assert torch.equal(packed.codes, codes.transpose(0, 1))  # Q8_0's rule, applied again: its own codes
-    assert torch.equal(packed.scale, scale.T.to(torch.bfloat16))
+    packed = quantize_q8_0(dense, None, keep_dense=True)
+    ours, _, _ = q8_0_values(packed)
+    assert torch.equal(ours, codes.reshape(out_features, in_features))  # Q8_0's rule, applied again: its own codes
+    if kernels == "minisgl":  # the fp16 scale, recomputed in fp32 as max|w| / 127: equal within fp32 rounding
+        torch.testing.assert_close(packed.scale, scale, rtol=2.0**-22, atol=0)
+    else:
+        assert torch.equal(packed.scale, scale.T.to(torch.bfloat16))
 
 
 @pytest.mark.parametrize("kind", ["int4", "int8"])
-def test_quantized_kernels_compute_each_row_on_its_own(kind: str) -> None:
-    # what --deterministic relies on when it keeps these kernels for every batch size
+def test_quantized_kernels_compute_each_row_on_its_own(kernels: str, kind: str) -> None:
+    # what --deterministic relies on when it keeps these kernels for every batch size; 37 rows also
+    # cross minisgl's 8-row chunks
     weight = random_int4(64, 256)
     packed = (weight.pack(torch.float32, None) if kind == "int4"
-              else PackedInt8Weight.from_dense(weight.dequantize(), None, keep_dense=False))
+              else quantize_q8_0(weight.dequantize(), None, keep_dense=False))
     x = torch.randn(37, 256, generator=torch.Generator().manual_seed(4))
     batched = packed.matmul(x)
-    for i in (0, 3, 4, 36):
+    for i in (0, 3, 4, 8, 9, 36):
         assert torch.equal(packed.matmul(x[i : i + 1])[0], batched[i]), i
 
 
-def test_batches_above_max_quantized_rows_take_the_dense_copy() -> None:
+def test_batches_above_max_quantized_rows_take_the_dense_copy(kernels: str) -> None:
     weight = random_int4(64, 128)
     packed = weight.pack(torch.float32, max_quantized_rows=2)
     small, large = torch.randn(2, 128), torch.randn(3, 128)
     assert torch.equal(packed.matmul(large), F.linear(large, weight.dequantize()))
     assert torch.equal(packed.matmul(small), weight.pack(torch.float32, None).matmul(small))
-    assert weight.pack(torch.float32, None).dense is None  # int4 for every batch: no second copy
+    assert weight.pack(torch.float32, None).dense is None  # quantized for every batch: no second copy
 
 
-def test_kernel_shape_limits_are_clear_errors() -> None:
-    with pytest.raises(ValueError, match="multiple of 16 output rows"):
-        random_int4(40, 64).pack(torch.float32, None)
+def test_kernel_shape_limits_are_clear_errors(kernels: str) -> None:
+    if kernels == "torch":  # PyTorch's kernel packs output rows in tiles of 16
+        with pytest.raises(ValueError, match="multiple of 16 output rows"):
+            random_int4(40, 64).pack(torch.float32, None)
+    else:  # minisgl's takes any number of output rows, odd ones included
+        weight = random_int4(41, 64)
+        x = torch.randn(3, 64)
+        error = (weight.pack(torch.float32, None).matmul(x).double() - x.double() @ weight.dequantize().double().T).abs()
+        assert (error <= int16_activation_bound(x, weight.dequantize())).all()
+    with pytest.raises(ValueError, match="not whole groups of 32"):
+        Int4Weight(torch.zeros(16, 48, dtype=torch.uint8), torch.ones(16, 1), torch.zeros(16, 1), 32).pack(
+            torch.float32, None)
 
 
 @pytest.mark.parametrize("qtype", [GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1])
@@ -190,7 +256,7 @@ def last_logits(model_dir: Path, tokens: list[int], quantization: str) -> torch.
     return logits
 
 
-def test_quantized_greedy_tokens_agree_at_tp_1_and_3(gguf_model) -> None:
+def test_quantized_greedy_tokens_agree_at_tp_1_and_3(gguf_model) -> None:  # with this machine's kernels
     model_dir = gguf_model(GGMLQuantizationType.Q4_1)
     prompts = [[1, 5, 9, 200, 17], [1, 300, 301, 302, 9, 9, 9, 40], [1, 77]]
     greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
@@ -201,9 +267,9 @@ def test_quantized_greedy_tokens_agree_at_tp_1_and_3(gguf_model) -> None:
     for tp in (1, 3):
         with LLM(model_dir, tp_size=tp, **args) as llm:
             tokens[tp] = [o.token_ids for o in llm.generate(prompts, greedy)]
-    # The int4 kernel rounds its output to bf16, and at tp 3 it does so for each rank's partial sum
-    # of o_proj / down_proj: the logits differ by ~1%, so the ranks may only part ways where tp 1's
-    # best two tokens are that close (this model parts at such near-ties after 14 of the 24 tokens
+    # The kernels round activations to 16-bit codes (minisgl's) or to bf16 (PyTorch's), and at tp 3 each
+    # rank rounds its own slice for o_proj / down_proj: the logits differ by ~1%, so the ranks may
+    # only part ways where tp 1's best two tokens are that close (this model parts at such near-ties after 14 of the 24 tokens
     # on an AVX2 CPU). A wrongly sharded scale would change the very first tokens, at clear choices.
     compared = 0
     for prompt, ours, theirs in zip(prompts, tokens[1], tokens[3]):
@@ -215,11 +281,12 @@ def test_quantized_greedy_tokens_agree_at_tp_1_and_3(gguf_model) -> None:
     assert compared >= 6, "too few tokens agreed to mean anything"
 
 
-def test_quantized_logits_stay_near_the_dense_model(gguf_model) -> None:
+def test_quantized_logits_stay_near_the_dense_model(kernels: str, gguf_model) -> None:
     model_dir = gguf_model(GGMLQuantizationType.Q4_1)
     prompt = [1, 300, 301, 302, 9, 9, 9, 40]
     dense, quantized = last_logits(model_dir, prompt, "none"), last_logits(model_dir, prompt, "gguf")
-    # the same weights; only the kernel's bf16 activations and outputs differ: ~1% of the logit range
+    # the same weights; only the kernels' rounded activations (and PyTorch's bf16 outputs) differ: ~1%
+    # of the logit range
     torch.testing.assert_close(quantized, dense, rtol=0, atol=0.02 * dense.abs().max().item())
     assert quantized.argmax() == dense.argmax()
 
@@ -312,17 +379,17 @@ def test_explicit_choices_skip_the_probe_and_bad_ones_fail(gguf_model, tiny_mode
     assert (forced.quantization, forced.max_quantized_rows) == ("gguf", 4)
 
 
-def test_packed_weights_load_into_the_layers(gguf_model) -> None:
+def test_packed_weights_load_into_the_layers(kernels: str, gguf_model) -> None:
     engine = Engine(EngineConfig(gguf_model(GGMLQuantizationType.Q4_1), dtype="float32", quantization="gguf",
                                  max_quantized_rows=8, num_pages=64, cpu_threads=1, progress=False))
     state = engine.model.state_dict()
-    packed = {name for name, w in state.items() if isinstance(w, PackedInt4Weight)}
+    packed = {name for name, w in state.items() if isinstance(w, (BlockQ4Weight, PackedInt4Weight))}
     assert packed and all(name.endswith(("qkv_proj.weight", "o_proj.weight", "gate_up_proj.weight",
                                          "down_proj.weight")) for name in packed)
     assert len(packed) == 4 * TINY_MODEL_SPECS[TINY].config.num_hidden_layers
     # the GGUF's Q8_0 tied embedding: an 8-bit LM head whose lookups read the dense rows
     embedding = state["model.embed_tokens.weight"]
     checkpoint = safe_open(str(engine.model_path / "model.safetensors"), framework="pt")
-    assert isinstance(embedding, PackedInt8Weight)
+    assert isinstance(embedding, (BlockQ8Weight, PackedInt8Weight))
     assert torch.equal(embedding.dense, checkpoint.get_tensor("model.embed_tokens.weight"))
     engine.shutdown()

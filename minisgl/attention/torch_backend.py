@@ -3,7 +3,9 @@ mask, and call `scaled_dot_product_attention` once per layer (chapter 07). It is
 the Triton and FlashInfer kernels are tested against (chapter 10).
 
 Prefill with a cached prefix and batched decode are the same computation: request i has p_i cached
-tokens and e_i new ones; new token j (0-based) may see cached positions < p_i + j + 1.
+tokens and e_i new ones; new token j (0-based) may see cached positions < p_i + j + 1. A decode
+step in fp32 on the CPU (one query per request) skips the padding and the mask: one C function
+(minisgl/kernel/cpu/fused.c) reads each request's own cache rows.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from minisgl.core import Batch
+from minisgl.kernel import cpu_kernels, use_cpu_kernels
 from minisgl.kvcache import KVCachePool
 
 from .base import AttentionBackend
@@ -25,6 +28,7 @@ class TorchAttentionMetadata:
     q_index: torch.Tensor  # [reqs, max_q] row of each padded query in the flat token array
     q_valid: torch.Tensor  # [reqs, max_q] which padded queries are real tokens
     mask: torch.Tensor  # [reqs, 1, max_q, max_kv] True where attention is allowed
+    kv_lens: torch.Tensor  # [reqs] int64: visible tokens of each request
 
 
 class TorchAttentionBackend(AttentionBackend):
@@ -51,13 +55,17 @@ class TorchAttentionBackend(AttentionBackend):
         visible &= kv_pos[None, None, :] < (prefix + extend)[:, None, None]  # inside this request
         visible[:, :, 0] |= ~q_valid  # padded queries see one slot, so no row is all -inf (NaN)
         batch.attn_metadata = TorchAttentionMetadata(
-            kv_slots.to(device), q_index.to(device), q_valid.to(device), visible.unsqueeze(1).to(device)
+            kv_slots.to(device), q_index.to(device), q_valid.to(device), visible.unsqueeze(1).to(device),
+            torch.tensor(kv_lens, device=device),
         )
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
         meta: TorchAttentionMetadata = batch.attn_metadata
         self.pool.store(layer_id, batch.out_slots, k, v)
         reqs, max_kv = meta.kv_slots.shape
+        if meta.q_index.shape[1] == 1 and use_cpu_kernels(q):  # a decode step in fp32 on the CPU: one C call
+            return cpu_kernels().decode_attention(q, self.pool.k_buffer[layer_id], self.pool.v_buffer[layer_id],
+                                                  meta.kv_slots, meta.kv_lens, q.shape[2] ** -0.5)
         max_q = meta.q_index.shape[1]
         num_heads, kv_heads, head_dim = q.shape[1], k.shape[1], q.shape[2]
         group = num_heads // kv_heads  # query heads that share one KV head

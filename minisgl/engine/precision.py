@@ -27,9 +27,9 @@ from minisgl.layers import local_kv_heads, vocab_shard_size
 from minisgl.layers.base import Weight
 from minisgl.layers.linear import linear
 from minisgl.layers.prepacked import PrepackedFloatWeight, prepacking_available
-from minisgl.layers.quantized import Int4Weight, PackedInt4Weight, PackedInt8Weight
+from minisgl.layers.quantized import Int4Weight, PackedWeight, quantize_q8_0
 from minisgl.models.config import ModelConfig
-from minisgl.models.default_model import minisgl_cache_dir
+from minisgl.utils import minisgl_cache_dir
 from minisgl.models.gguf_weights import find_model_gguf
 
 from .config import EngineConfig
@@ -228,7 +228,7 @@ def run_probe(model: ModelConfig, tp_size: int, threads: int) -> ProbeResult:
         try:
             packed = [_random_int4(s, generator) for s in shapes * num_probe_layers]
             ms["int4"] = _time_rows(packed, torch.float32, ms, scale)
-            head = PackedInt8Weight.from_dense(torch.randn(head_shape, generator=generator), None, keep_dense=False)
+            head = quantize_q8_0(torch.randn(head_shape, generator=generator), None, keep_dense=False)
             head_ms["int8"] = _time_rows([head], torch.float32, head_ms, 1.0)
         except ValueError:  # shapes the kernels cannot take (their errors say which): never picked
             ms["int4"] = head_ms["int8"] = {rows: math.inf for rows in PROBE_ROWS}
@@ -253,7 +253,7 @@ def _engine_form(weight: torch.Tensor) -> Weight:
     return weight
 
 
-def _random_int4(shape: tuple[int, int], generator: torch.Generator) -> PackedInt4Weight:
+def _random_int4(shape: tuple[int, int], generator: torch.Generator) -> PackedWeight:
     out_features, in_features = shape
     groups = max(1, in_features // 32)  # a partial group makes pack() refuse the shape, as it would the model
     codes = torch.randint(0, 16, shape, generator=generator, dtype=torch.uint8)

@@ -1,6 +1,8 @@
-"""Device kernels: Triton attention, KV-store and fused elementwise kernels (`minisgl.kernel.triton`)
-and the ctypes NCCL wrapper (`minisgl.kernel.pynccl`). Both import lazily: a CPU-only install never
-loads them. Chapter 10 teaches the kernels, chapter 03 PyNCCL.
+"""Kernels: on CUDA, Triton attention, KV-store and fused elementwise kernels (`minisgl.kernel.triton`)
+and the ctypes NCCL wrapper (`minisgl.kernel.pynccl`), both imported lazily so a CPU-only install
+never loads them; on the CPU, minisgl's own C kernels (`minisgl.kernel.cpu`: quantized GEMV, fused
+elementwise work, decode attention), compiled on first use. Chapter 10 teaches the kernels, chapter
+04 the quantized ones, chapter 03 PyNCCL.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ import functools
 import importlib.util
 
 import torch
+
+from .cpu import cpu_kernels
 
 
 @functools.cache
@@ -31,3 +35,9 @@ def use_small_batch_kernel(x: torch.Tensor) -> bool:
     """Linear layers take the Triton GEMV kernel (minisgl/kernel/triton/linear.py) for CUDA inputs
     of at most SMALL_BATCH_ROWS rows: decode batches, where the weight stream is the whole cost."""
     return use_triton(x) and x.dim() == 2 and x.shape[0] <= SMALL_BATCH_ROWS
+
+
+def use_cpu_kernels(x: torch.Tensor) -> bool:
+    """Layers take minisgl's C kernels for fp32 CPU tensors when they could be built on this machine
+    (kernel/cpu); otherwise, and for other dtypes, their plain torch code."""
+    return x.device.type == "cpu" and x.dtype == torch.float32 and cpu_kernels() is not None

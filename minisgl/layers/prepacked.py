@@ -26,7 +26,7 @@ import torch
 from .base import BaseOP
 from .embedding import ParallelLMHead
 from .linear import _LinearBase
-from .quantized import PackedInt4Weight, PackedWeight
+from .quantized import PackedWeight
 
 # the batch size oneDNN picks its blocking for; any number of rows multiplies correctly
 REORDER_FOR_ROWS = 32
@@ -74,7 +74,7 @@ def prepack_linear_weights(model: BaseOP) -> None:
         weight = owner.weight
         if _is_cpu_fp32(weight):
             owner.weight = PrepackedFloatWeight.from_dense(weight, keep_dense)
-        elif isinstance(weight, PackedInt4Weight) and _is_cpu_fp32(weight.dense):
+        elif isinstance(weight, PackedWeight) and _is_cpu_fp32(weight.dense) and not keep_dense:
             weight.dense = PrepackedFloatWeight.from_dense(weight.dense, keep_dense=False)
 
 

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from minisgl.kernel.cpu import BLOCK, cpu_kernels
+
 KERNEL_CODE_OFFSET = 8  # the kernel reads codes 0..15 as the signed values -8..7
 KERNEL_GROUP_SIZES = (32, 64, 128, 256)  # the group sizes the CPU kernel accepts
 KERNEL_OUT_MULTIPLE = 16  # the kernel packs output rows in tiles of 16 (AVX2) or more
@@ -94,20 +96,33 @@ class Int4Weight:
         minimum = self.minimum.repeat_interleave(self.group_size, dim=1)
         return self.codes.float() * scale + minimum
 
-    def pack(self, dtype: torch.dtype, max_quantized_rows: int | None) -> PackedInt4Weight:
+    def pack(self, dtype: torch.dtype, max_quantized_rows: int | None) -> PackedWeight:
         """The kernel's form, plus a dense copy in `dtype` for batches above `max_quantized_rows` rows
-        (None: the int4 kernel takes every batch, no dense copy). Fails with the reason when the
-        kernel cannot take this shape."""
+        (None: the quantized kernel takes every batch, no dense copy): minisgl's own kernel for GGUF
+        blocks of 32 where it could be built for this CPU, else PyTorch's. Fails with the reason
+        when the kernel cannot take this shape."""
         out_features, in_features = self.shape
         if in_features % self.group_size:
             raise ValueError(f"{in_features} inputs are not whole groups of {self.group_size}; use --quantization none")
+        if cpu_kernels() is None or self.group_size != BLOCK:
+            return self._pack_for_torch(dtype, max_quantized_rows)
+        dense = None if max_quantized_rows is None else self.dequantize().to(dtype)
+        # GGUF's block layout: per block of 32 inputs, byte j holds code j (low nibble) and 16 + j (high)
+        halves = self.codes.reshape(out_features, -1, 2, BLOCK // 2)  # [out, blocks, 2, 16]
+        packed = (halves[:, :, 0] | (halves[:, :, 1] << 4)).reshape(out_features, -1)  # [out, in / 2]
+        return BlockQ4Weight(self.shape, dense, max_quantized_rows, packed.contiguous(),
+                             self.scale.float().contiguous(), self.minimum.float().contiguous())
+
+    def _pack_for_torch(self, dtype: torch.dtype, max_quantized_rows: int | None) -> PackedInt4Weight:
+        """The layout of PyTorch's int4 CPU kernel (`_weight_int4pack_mm_for_cpu`)."""
+        out_features, in_features = self.shape
         if self.group_size not in KERNEL_GROUP_SIZES:
             raise ValueError(f"the int4 CPU kernel takes groups of {KERNEL_GROUP_SIZES} inputs, "
                              f"not {self.group_size}; use --quantization none")
         if out_features % KERNEL_OUT_MULTIPLE:
             raise ValueError(f"the int4 CPU kernel needs a multiple of {KERNEL_OUT_MULTIPLE} output rows per "
                              f"rank, this shard has {out_features}; use --quantization none or another tp size")
-        # The kernel computes (code - 8) * scale + zero: zero = minimum + 8 * scale gives back W.
+        # PyTorch's kernel computes (code - 8) * scale + zero: zero = minimum + 8 * scale gives back W.
         zero = self.minimum + KERNEL_CODE_OFFSET * self.scale
         # [in / group, out, 2] bf16: the layout (and the precision) the kernel reads scales in
         scale_and_zero = torch.stack([self.scale.t(), zero.t()], dim=-1).to(torch.bfloat16).contiguous()
@@ -127,20 +142,14 @@ class PackedWeight:
     max_quantized_rows: int | None  # None: the quantized kernel takes every batch
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
-        """x [tokens, in] @ W.T -> [tokens, out], in x's dtype.
-
-        The kernels' vectorized paths read bf16 activations (their fp32 paths are scalar, ~10x
-        slower): they widen each weight and activation to fp32, accumulate in fp32, and round the
-        result to bf16, so the output carries bf16 rounding even when x is fp32. Each row is
-        computed on its own, so a row's result never depends on the batch around it.
-        """
+        """x [tokens, in] @ W.T -> [tokens, out], in x's dtype: the quantized kernel up to
+        `max_quantized_rows` rows, the dense weight above. Each row is computed on its own by the
+        quantized kernels, so a row's result never depends on the batch around it."""
         if self.max_quantized_rows is not None and x.shape[0] > self.max_quantized_rows:
             return self.dense.matmul(x) if isinstance(self.dense, PackedWeight) else F.linear(x, self.dense)
-        # a fresh contiguous copy: the kernels use aligned loads, which a view at an offset would break
-        x_bf16 = torch.empty(x.shape, dtype=torch.bfloat16).copy_(x)
-        return self._kernel(x_bf16).to(x.dtype)
+        return self._kernel(x).to(x.dtype)
 
-    def _kernel(self, x_bf16: torch.Tensor) -> torch.Tensor:
+    def _kernel(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
     @property
@@ -157,12 +166,45 @@ class PackedInt4Weight(PackedWeight):
     scale_and_zero: torch.Tensor  # [in / group_size, out, 2] bfloat16
     group_size: int
 
-    def _kernel(self, x_bf16: torch.Tensor) -> torch.Tensor:
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(x_bf16, self.packed, self.group_size, self.scale_and_zero)
+    def _kernel(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(_bf16_copy(x), self.packed, self.group_size,
+                                                          self.scale_and_zero)
 
     @property
     def kernel_bytes(self) -> int:
         return self.packed.nbytes + self.scale_and_zero.nbytes
+
+
+@dataclass
+class BlockQ4Weight(PackedWeight):
+    """A 4-bit linear weight in GGUF's Q4_1 blocks, multiplied by minisgl's kernel (kernel/cpu):
+    0.5 bytes per weight plus 8 bytes per block of 32 (an fp32 scale and minimum)."""
+
+    codes: torch.Tensor  # [out, in / 2] uint8: per block, byte j holds code j (low nibble), 16 + j (high)
+    scale: torch.Tensor  # [out, in / 32] float32
+    minimum: torch.Tensor  # [out, in / 32] float32
+
+    def _kernel(self, x: torch.Tensor) -> torch.Tensor:
+        return cpu_kernels().q4_1(self.codes, self.scale, self.minimum, x)
+
+    @property
+    def kernel_bytes(self) -> int:
+        return self.codes.nbytes + self.scale.nbytes + self.minimum.nbytes
+
+
+@dataclass
+class BlockQ8Weight(PackedWeight):
+    """An 8-bit weight in GGUF's Q8_0 blocks, multiplied by minisgl's kernel (kernel/cpu)."""
+
+    codes: torch.Tensor  # [out, in] int8, -127..127
+    scale: torch.Tensor  # [out, in / 32] float32: W[n, k] = codes[n, k] * scale[n, k // 32]
+
+    def _kernel(self, x: torch.Tensor) -> torch.Tensor:
+        return cpu_kernels().q8_0(self.codes, self.scale, x)
+
+    @property
+    def kernel_bytes(self) -> int:
+        return self.codes.nbytes + self.scale.nbytes
 
 
 @dataclass
@@ -173,23 +215,8 @@ class PackedInt8Weight(PackedWeight):
     codes: torch.Tensor  # [in / 32, out, 32] int8, -127..127: one kernel call per group of inputs
     scale: torch.Tensor  # [in / 32, out] bfloat16
 
-    @staticmethod
-    def from_dense(weight: torch.Tensor, max_quantized_rows: int | None, keep_dense: bool) -> PackedInt8Weight:
-        """Round `weight` [out, in] to 8 bits by Q8_0's rule (a Q8_0 weight gets its own codes back).
-        The dense weight is kept for batches above `max_quantized_rows` rows, or always with
-        `keep_dense` (a tied embedding looks rows up in it)."""
-        out_features, in_features = weight.shape
-        if in_features % INT8_GROUP_SIZE:
-            raise ValueError(f"the int8 LM head needs whole groups of {INT8_GROUP_SIZE} inputs, "
-                             f"not {in_features}; use --quantization none")
-        groups = weight.float().view(out_features, -1, INT8_GROUP_SIZE).transpose(0, 1)  # [in / 32, out, 32]
-        scale = groups.abs().amax(dim=-1) / INT8_MAX_CODE  # [in / 32, out]
-        divisor = torch.where(scale > 0, scale, 1.0)  # all-zero groups (vocab padding rows) keep code 0
-        codes = (groups / divisor[..., None]).round().clamp(-INT8_MAX_CODE, INT8_MAX_CODE).to(torch.int8)
-        dense = weight if keep_dense or max_quantized_rows is not None else None
-        return PackedInt8Weight(weight.shape, dense, max_quantized_rows, codes.contiguous(), scale.to(torch.bfloat16))
-
-    def _kernel(self, x_bf16: torch.Tensor) -> torch.Tensor:
+    def _kernel(self, x: torch.Tensor) -> torch.Tensor:
+        x_bf16 = _bf16_copy(x)
         rows = x_bf16.shape[0]
         # [tokens, in] -> [in / 32, tokens, 32]: each group's activations one contiguous, aligned block
         x_groups = x_bf16.view(rows, -1, INT8_GROUP_SIZE).transpose(0, 1).contiguous()
@@ -201,6 +228,35 @@ class PackedInt8Weight(PackedWeight):
     @property
     def kernel_bytes(self) -> int:
         return self.codes.nbytes + self.scale.nbytes
+
+
+def quantize_q8_0(weight: torch.Tensor, max_quantized_rows: int | None, keep_dense: bool) -> PackedWeight:
+    """Round `weight` [out, in] to 8 bits by Q8_0's rule (a Q8_0 weight gets its own codes back),
+    for minisgl's kernel where it could be built, else PyTorch's. The dense weight is kept for
+    batches above `max_quantized_rows` rows, or always with `keep_dense` (a tied embedding looks
+    rows up in it)."""
+    out_features, in_features = weight.shape
+    if in_features % INT8_GROUP_SIZE:
+        raise ValueError(f"the int8 LM head needs whole groups of {INT8_GROUP_SIZE} inputs, "
+                         f"not {in_features}; use --quantization none")
+    blocks = weight.float().view(out_features, -1, INT8_GROUP_SIZE)  # [out, in / 32, 32]
+    scale = blocks.abs().amax(dim=-1) / INT8_MAX_CODE  # [out, in / 32]
+    divisor = torch.where(scale > 0, scale, 1.0)  # all-zero blocks (vocab padding rows) keep code 0
+    codes = (blocks / divisor[..., None]).round().clamp(-INT8_MAX_CODE, INT8_MAX_CODE).to(torch.int8)
+    dense = weight if keep_dense or max_quantized_rows is not None else None
+    if cpu_kernels() is not None:
+        return BlockQ8Weight(weight.shape, dense, max_quantized_rows, codes.view(out_features, -1), scale)
+    # PyTorch's int8 kernel takes one scale per output row: one call per block column
+    return PackedInt8Weight(weight.shape, dense, max_quantized_rows, codes.transpose(0, 1).contiguous(),
+                            scale.t().to(torch.bfloat16).contiguous())
+
+
+def _bf16_copy(x: torch.Tensor) -> torch.Tensor:
+    """x as a fresh contiguous bf16 tensor, what PyTorch's int4 / int8 CPU kernels read: their
+    vectorized paths take bf16 activations (their fp32 paths are scalar, ~10x slower), widen them and
+    each weight to fp32, accumulate in fp32 and round the result to bf16, so the output carries bf16
+    rounding even for fp32 x. Fresh, because they use aligned loads that a view at an offset breaks."""
+    return torch.empty(x.shape, dtype=torch.bfloat16).copy_(x)
 
 
 def dense_table(weight: torch.Tensor | PackedWeight) -> torch.Tensor:

@@ -2,7 +2,8 @@
 
 Positions come from the scheduler (prefix_len ... prefix_len + new_tokens - 1 for each request),
 so a prompt split into chunks rotates exactly as it would in one piece. On CUDA one Triton kernel
-rotates q and k together (minisgl/kernel/triton/fused.py).
+rotates q and k together (minisgl/kernel/triton/fused.py), on an fp32 CPU run one C function
+(minisgl/kernel/cpu/fused.c).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import torch
 
-from minisgl.kernel import use_triton
+from minisgl.kernel import cpu_kernels, use_cpu_kernels, use_triton
 
 from .base import BaseOP
 
@@ -66,6 +67,8 @@ class RotaryEmbedding(BaseOP):
             from minisgl.kernel.triton.fused import rope
 
             return rope(positions, q, k, self._table(q.device, q.dtype))
+        if use_cpu_kernels(q):
+            return cpu_kernels().rope(positions, q, k, self._table(q.device, q.dtype))
         cos, sin = self._table(q.device, q.dtype)[positions].unsqueeze(1).chunk(2, dim=-1)
         return _rotate(q, cos, sin), _rotate(k, cos, sin)
 

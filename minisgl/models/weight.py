@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from minisgl.layers import custom_tp_ops, kv_head_offset, local_kv_heads, vocab_shard_size
 from minisgl.layers.base import Weight
-from minisgl.layers.quantized import INT8_GROUP_SIZE, Int4Weight, PackedInt8Weight
+from minisgl.layers.quantized import INT8_GROUP_SIZE, Int4Weight, quantize_q8_0
 
 from .config import ModelConfig, ModelError
 from .expert_weights import ExpertStacker
@@ -187,7 +187,7 @@ def load_weights(
     head the GGUF stores block-quantized (SmolLM2's Q8_0) is packed for the int8 kernel; both keep a
     dense copy for batches above `max_quantized_rows` rows.
     """
-    int8_head = None  # the LM head weight's name when it becomes a PackedInt8Weight
+    int8_head = None  # the LM head weight's name when it becomes an 8-bit weight
     if quantization == "gguf":
         reader = GGUFReader(require_model_gguf(model_dir))
         source = iter_gguf_tensors(reader, config.num_heads, config.num_kv_heads, keep_int4=True, keep=keep)
@@ -205,7 +205,7 @@ def load_weights(
         elif name == int8_head:
             # after sharding: vocab shards hold whole rows, and Q8_0's rule gives back the GGUF's own
             # codes and scales; a tied embedding keeps its dense rows for lookups
-            yield name, PackedInt8Weight.from_dense(local, max_quantized_rows, keep_dense=config.tie_word_embeddings)
+            yield name, quantize_q8_0(local, max_quantized_rows, keep_dense=config.tie_word_embeddings)
         else:
             yield name, local
 

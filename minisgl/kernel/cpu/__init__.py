@@ -1,0 +1,189 @@
+"""minisgl's own CPU kernels, in C: the quantized matrix-vector products of quant_gemv.c (chapter
+04, "Quantized shards") and the fused elementwise and decode-attention work of fused.c (the CPU
+side of chapter 10's fused kernels). They are compiled on first use by this machine's C compiler
+for this very CPU (`-march=native`: AVX2 where it has it) and called through ctypes.
+
+The shared library is cached under the minisgl cache dir, keyed by the sources, the compiler and
+the CPU's feature flags, so a cache shared by two machines never hands one the other's build. No
+compiler, or a compiler that fails: `cpu_kernels()` returns None and says why once in the log; the
+layers then run their plain torch code (the reference these kernels are tested against), and
+quantized weights PyTorch's int4 / int8 kernels: slower, the same model.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from minisgl.utils import minisgl_cache_dir
+
+SOURCES = [Path(__file__).with_name(name) for name in ("quant_gemv.c", "fused.c")]
+COMPILE_FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
+BLOCK = 32  # weights per GGUF block (Q4_0, Q4_1, Q8_0): one scale each
+
+logger = logging.getLogger(__name__)
+_POINTER, _INT, _INT64, _FLOAT = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
+
+
+class CpuKernels:
+    """The compiled library, its entry points wrapped for torch tensors (fp32, on the CPU)."""
+
+    def __init__(self, library: ctypes.CDLL) -> None:
+        def entry(name: str, *argtypes: type) -> Callable[..., int]:
+            function = getattr(library, name)
+            function.argtypes = list(argtypes)
+            return function
+
+        self._q4_1 = entry("q4_1_gemv", *[_POINTER] * 5, *[_INT] * 4)
+        self._q8_0 = entry("q8_0_gemv", *[_POINTER] * 4, *[_INT] * 4)
+        self._rms_norm = entry("rms_norm", _POINTER, _INT64, _POINTER, _INT64, _POINTER, _FLOAT, _POINTER, _POINTER,
+                               _INT, _INT, _INT)
+        self._rope = entry("rope", _POINTER, _INT64, _INT, _POINTER, _INT64, _INT, _POINTER, _POINTER, _POINTER,
+                           _POINTER, _INT, _INT, _INT)
+        self._silu_and_mul = entry("silu_and_mul", _POINTER, _POINTER, _INT, _INT, _INT)
+        self._decode_attention = entry("decode_attention", *[_POINTER] * 4, _INT64, _POINTER, _POINTER,
+                                       *[_INT] * 4, _FLOAT, _INT)
+        self.max_rows = library.max_rows()  # rows per quantized call; more are taken in chunks of this many
+
+    def q4_1(self, codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """x [rows, in] fp32 @ W.T -> [rows, out] fp32, W given as Q4_1 blocks: codes [out, in / 2]
+        uint8 (two per byte, as in GGUF), scale and minimum [out, in / 32] fp32."""
+        x, y = self._operands(x, codes.shape[0])
+        for start in range(0, x.shape[0], self.max_rows):  # every weight block is read once per chunk
+            rows = min(self.max_rows, x.shape[0] - start)
+            self._q4_1(codes.data_ptr(), scale.data_ptr(), minimum.data_ptr(), x[start].data_ptr(), y[start].data_ptr(),
+                       rows, codes.shape[0], x.shape[1], torch.get_num_threads())
+        return y
+
+    def q8_0(self, codes: torch.Tensor, scale: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """x [rows, in] fp32 @ W.T -> [rows, out] fp32, W given as Q8_0 blocks: codes [out, in] int8,
+        scale [out, in / 32] fp32."""
+        x, y = self._operands(x, codes.shape[0])
+        for start in range(0, x.shape[0], self.max_rows):
+            rows = min(self.max_rows, x.shape[0] - start)
+            self._q8_0(codes.data_ptr(), scale.data_ptr(), x[start].data_ptr(), y[start].data_ptr(),
+                       rows, codes.shape[0], x.shape[1], torch.get_num_threads())
+        return y
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float,
+                 residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x [..., d] -> (x / sqrt(mean(x^2) + eps) * weight, None), or with a residual, the same of
+        x + residual and that sum (the residual stream carried on). Outputs fresh, in x's shape."""
+        rows = _rows(x)
+        out = torch.empty(rows.shape)
+        if residual is None:
+            summed, residual_rows, residual_stride = None, None, 0
+        else:
+            summed = torch.empty(rows.shape)
+            residual = _rows(residual)
+            residual_rows, residual_stride = residual.data_ptr(), residual.stride(0)
+        self._rms_norm(rows.data_ptr(), rows.stride(0), residual_rows, residual_stride, weight.data_ptr(), eps,
+                       out.data_ptr(), None if summed is None else summed.data_ptr(), rows.shape[0], rows.shape[1],
+                       torch.get_num_threads())
+        if x.dim() != 2:  # back to x's shape (q / k norms: [tokens, heads, d])
+            out, summed = out.view(x.shape), None if summed is None else summed.view(x.shape)
+        return out, summed
+
+    def rope(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+             cos_sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate-half RoPE: q [tokens, q_heads, d], k [tokens, kv_heads, d] (views into qkv are
+        fine) -> fresh rotated copies; cos_sin [max_position, d] = [cos | sin] per position."""
+        q, k = _heads(q), _heads(k)
+        tokens, head_dim = q.shape[0], q.shape[2]
+        q_out, k_out = torch.empty(q.shape), torch.empty(k.shape)
+        self._rope(q.data_ptr(), q.stride(0), q.shape[1], k.data_ptr(), k.stride(0), k.shape[1],
+                   positions.to(torch.int64).contiguous().data_ptr(), cos_sin.contiguous().data_ptr(),
+                   q_out.data_ptr(), k_out.data_ptr(), tokens, head_dim, torch.get_num_threads())
+        return q_out, k_out
+
+    def silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """[rows, 2 * h] -> [rows, h]: silu(gate) * up."""
+        gate_up = gate_up.contiguous()
+        half = gate_up.shape[-1] // 2
+        out = torch.empty(*gate_up.shape[:-1], half)
+        self._silu_and_mul(gate_up.data_ptr(), out.data_ptr(), gate_up.numel() // gate_up.shape[-1], half,
+                           torch.get_num_threads())
+        return out
+
+    def decode_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
+                         lengths: torch.Tensor, scale: float) -> torch.Tensor:
+        """One query per request: q [reqs, q_heads, d]; caches [cache_slots, kv_heads, d]; slots
+        [reqs, >= max length] int64, the cache rows of request i's first lengths[i] tokens ->
+        [reqs, q_heads, d]."""
+        q = q.contiguous()
+        out = torch.empty(q.shape)
+        self._decode_attention(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr(), slots.stride(0),
+                               lengths.data_ptr(), out.data_ptr(), q.shape[0], q.shape[1], k_cache.shape[1],
+                               q.shape[2], scale, torch.get_num_threads())
+        return out
+
+    @staticmethod
+    def _operands(x: torch.Tensor, out_features: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """x as contiguous fp32 rows (what the kernels read) and an empty output [rows, out]."""
+        if x.dim() != 2 or x.device.type != "cpu":
+            raise ValueError(f"the CPU quantized kernels take [rows, in] CPU tensors, not {tuple(x.shape)} on {x.device}")
+        return x.float().contiguous(), torch.empty(x.shape[0], out_features)
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """x as [rows, last dim] with contiguous rows (a view where x's layout allows, else a copy)."""
+    rows = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+    return rows if rows.stride(-1) == 1 else rows.contiguous()
+
+
+def _heads(x: torch.Tensor) -> torch.Tensor:
+    """[tokens, heads, d] with each token's heads one dense run (a column slice of qkv is)."""
+    return x if x.stride(2) == 1 and x.stride(1) == x.shape[2] else x.contiguous()
+
+
+@functools.cache
+def cpu_kernels() -> CpuKernels | None:
+    """The kernels built for this CPU, or None (with the reason logged) when they cannot be built."""
+    try:
+        return CpuKernels(ctypes.CDLL(str(build_library())))
+    except (OSError, RuntimeError) as error:
+        logger.warning("minisgl's C kernels for the CPU are unavailable (%s); the layers run their torch code "
+                       "and 4-bit weights PyTorch's slower int4 / int8 kernels", error)
+        return None
+
+
+def build_library(compiler: str | None = None, extra_flags: tuple[str, ...] = ()) -> Path:
+    """Compile the C sources (or reuse the cached build) and return the shared library's path.
+    `extra_flags` go after the defaults (tests build the portable path with -mno-avx2)."""
+    compiler = compiler or os.environ.get("CC", "cc")
+    if shutil.which(compiler) is None:
+        raise RuntimeError(f"no C compiler '{compiler}' on PATH (install gcc or clang, or set CC)")
+    flags = COMPILE_FLAGS + list(extra_flags)
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    sources = [source.read_text() for source in SOURCES]
+    key = hashlib.sha256("\n".join([*sources, version, " ".join(flags), cpu_flags()]).encode())
+    target = minisgl_cache_dir() / "kernels" / f"minisgl-cpu-{key.hexdigest()[:16]}.so"
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = target.with_suffix(f".{os.getpid()}.tmp")
+    built = subprocess.run([compiler, *flags, "-o", str(scratch), *map(str, SOURCES), "-lm"],
+                           capture_output=True, text=True)
+    if built.returncode != 0:
+        first_error = next((line for line in built.stderr.splitlines() if "error" in line), built.stderr.strip())
+        raise RuntimeError(f"{compiler} could not build minisgl's C kernels: {first_error}")
+    scratch.replace(target)  # atomic: ranks building at once each see a whole library
+    return target
+
+
+def cpu_flags() -> str:
+    """The CPU's feature flags (Linux /proc/cpuinfo), or its architecture name elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line for line in f if line.startswith(("flags", "Features"))), os.uname().machine)
+    except OSError:
+        return os.uname().machine

@@ -1,0 +1,123 @@
+/* The elementwise work of a decoder layer, and decode attention, as one C call each (fp32, CPU).
+ *
+ * In eager PyTorch a decode step of a small model is mostly operator calls, not arithmetic: RoPE
+ * is ~15 small tensor ops per layer, RMSNorm with its residual add 6, attention over a paged KV
+ * cache (gather, mask, SDPA, scatter back) ~15, each a few microseconds of dispatch for a few
+ * hundred numbers. These functions do each job in one pass, as the Triton kernels of
+ * minisgl/kernel/triton/ do on CUDA (chapter 10), and compute what the torch code computes, in
+ * fp32, up to the order of the sums. Work is split over OpenMP threads (PyTorch's own runtime).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* summed = x + residual (when residual is not NULL; else summed is x itself), then
+ * out = summed / sqrt(mean(summed^2) + eps) * weight, for each of `rows` rows of `dim` values.
+ * x and residual rows are `x_stride` / `residual_stride` floats apart; out and summed are dense. */
+void rms_norm(const float *x, int64_t x_stride, const float *residual, int64_t residual_stride, const float *weight,
+              float eps, float *out, float *summed, int rows, int dim, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (rows > 8)
+    for (int r = 0; r < rows; r++) {
+        const float *in = x + (int64_t)r * x_stride;
+        float *stream = residual ? summed + (int64_t)r * dim : (float *)in;
+        float squares = 0.0f;
+        if (residual) {
+            const float *add = residual + (int64_t)r * residual_stride;
+#pragma omp simd reduction(+ : squares)
+            for (int j = 0; j < dim; j++) {
+                stream[j] = in[j] + add[j];
+                squares += stream[j] * stream[j];
+            }
+        } else {
+#pragma omp simd reduction(+ : squares)
+            for (int j = 0; j < dim; j++) squares += in[j] * in[j];
+        }
+        float inverse_rms = 1.0f / sqrtf(squares / (float)dim + eps);
+        float *y = out + (int64_t)r * dim;
+#pragma omp simd
+        for (int j = 0; j < dim; j++) y[j] = stream[j] * inverse_rms * weight[j];
+    }
+}
+
+/* Rotate-half RoPE: for each token t and head, pair (v[i], v[i + d/2]) turns by the angle whose
+ * cos and sin are cos_sin[positions[t]] = [cos (d/2 values) | sin (d/2 values)]. Input heads are
+ * `head_dim` apart within a token, tokens `token_stride` apart (q and k are views into qkv);
+ * the output is dense [tokens, heads, head_dim]. */
+static void rotate(const float *in, int64_t token_stride, int heads, const int64_t *positions, const float *cos_sin,
+                   float *out, int tokens, int head_dim, int threads) {
+    int half = head_dim / 2;
+#pragma omp parallel for num_threads(threads) schedule(static) if (tokens > 8)
+    for (int t = 0; t < tokens; t++) {
+        const float *cos = cos_sin + positions[t] * head_dim, *sin = cos + half;
+        for (int h = 0; h < heads; h++) {
+            const float *v = in + t * token_stride + (int64_t)h * head_dim;
+            float *y = out + ((int64_t)t * heads + h) * head_dim;
+#pragma omp simd
+            for (int i = 0; i < half; i++) {
+                y[i] = v[i] * cos[i] - v[i + half] * sin[i];
+                y[i + half] = v[i + half] * cos[i] + v[i] * sin[i];
+            }
+        }
+    }
+}
+
+void rope(const float *q, int64_t q_stride, int q_heads, const float *k, int64_t k_stride, int k_heads,
+          const int64_t *positions, const float *cos_sin, float *q_out, float *k_out, int tokens, int head_dim,
+          int threads) {
+    rotate(q, q_stride, q_heads, positions, cos_sin, q_out, tokens, head_dim, threads);
+    rotate(k, k_stride, k_heads, positions, cos_sin, k_out, tokens, head_dim, threads);
+}
+
+/* out [rows, half] = silu(gate) * up, for gate_up [rows, 2 * half] = [gate | up] per row. */
+void silu_and_mul(const float *gate_up, float *out, int rows, int half, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (rows > 8)
+    for (int r = 0; r < rows; r++) {
+        const float *gate = gate_up + (int64_t)r * 2 * half, *up = gate + half;
+        float *y = out + (int64_t)r * half;
+        for (int j = 0; j < half; j++) y[j] = gate[j] / (1.0f + expf(-gate[j])) * up[j];
+    }
+}
+
+/* One query token per request (a decode step): out[i, h] = softmax(q[i, h] . K_i^T * scale) V_i,
+ * where K_i, V_i are the rows k_cache[slots[i, t]], t < lengths[i], of KV head h / group (the
+ * query heads of a group share one KV head). q, out [reqs, q_heads, head_dim]; caches
+ * [cache_slots, kv_heads, head_dim]; slots [reqs, slots_stride]. */
+void decode_attention(const float *q, const float *k_cache, const float *v_cache, const int64_t *slots,
+                      int64_t slots_stride, const int64_t *lengths, float *out, int reqs, int q_heads, int kv_heads,
+                      int head_dim, float scale, int threads) {
+    int group = q_heads / kv_heads;
+    int64_t cache_row = (int64_t)kv_heads * head_dim;  /* floats per slot */
+#pragma omp parallel for num_threads(threads) schedule(dynamic) collapse(2)
+    for (int i = 0; i < reqs; i++) {
+        for (int h = 0; h < q_heads; h++) {
+            int64_t length = lengths[i];
+            const int64_t *request_slots = slots + i * slots_stride;
+            const float *query = q + ((int64_t)i * q_heads + h) * head_dim;
+            int64_t head_offset = (int64_t)(h / group) * head_dim;
+            float *scores = malloc((size_t)length * sizeof(float));
+            float best = -INFINITY;
+            for (int64_t t = 0; t < length; t++) {
+                const float *key = k_cache + request_slots[t] * cache_row + head_offset;
+                float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                for (int j = 0; j < head_dim; j++) dot += query[j] * key[j];
+                scores[t] = dot * scale;
+                best = fmaxf(best, scores[t]);
+            }
+            float total = 0.0f;
+            for (int64_t t = 0; t < length; t++) {
+                scores[t] = expf(scores[t] - best);  /* minus the max: no overflow */
+                total += scores[t];
+            }
+            float *y = out + ((int64_t)i * q_heads + h) * head_dim;
+            for (int j = 0; j < head_dim; j++) y[j] = 0.0f;
+            for (int64_t t = 0; t < length; t++) {
+                const float *value = v_cache + request_slots[t] * cache_row + head_offset;
+                float weight = scores[t] / total;
+#pragma omp simd
+                for (int j = 0; j < head_dim; j++) y[j] += weight * value[j];
+            }
+            free(scores);
+        }
+    }
+}

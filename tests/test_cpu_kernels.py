@@ -1,0 +1,216 @@
+"""minisgl's compiled CPU kernels (minisgl/kernel/cpu): the build and its cache, the portable C
+path against the AVX2 one, what happens without a compiler, and the fused elementwise and
+decode-attention functions against the torch code they replace. The quantized products against
+their dequantized weights are tested in tests/test_quantization.py."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import minisgl.kernel as kernel_package
+from minisgl.kernel import cpu
+from minisgl.kernel.cpu import CpuKernels, build_library, cpu_kernels
+from minisgl.layers.norm import RMSNorm
+from minisgl.layers.rotary import RotaryEmbedding, _rotate
+
+HAS_COMPILER = cpu_kernels() is not None
+needs_compiler = pytest.mark.skipif(not HAS_COMPILER, reason="no working C compiler here: the kernels cannot be built")
+
+
+@pytest.fixture
+def fresh_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """An empty minisgl cache dir, and `cpu_kernels()` asked again (it remembers its first answer)."""
+    monkeypatch.setenv("MINISGL_CACHE_DIR", str(tmp_path))
+    cpu_kernels.cache_clear()
+    yield tmp_path
+    cpu_kernels.cache_clear()
+
+
+def fake_compiler(tmp_path: Path, message: str) -> str:
+    """An executable that prints `message` and fails, as a compiler without what we need would."""
+    script = tmp_path / "broken-cc"
+    script.write_text(f"#!/bin/sh\necho '{message}' >&2\nexit 1\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(script)
+
+
+def random_q4(out_features: int, in_features: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    codes = torch.randint(0, 256, (out_features, in_features // 2), generator=generator, dtype=torch.uint8)
+    scale = torch.rand(out_features, in_features // 32, generator=generator) * 0.02
+    minimum = -torch.rand(out_features, in_features // 32, generator=generator) * 0.1
+    return codes, scale, minimum
+
+
+@needs_compiler
+def test_the_build_is_cached_and_keyed_by_its_flags(fresh_cache: Path) -> None:
+    first = build_library()
+    built_at = first.stat().st_mtime_ns
+    assert build_library() == first and first.stat().st_mtime_ns == built_at  # reused, not rebuilt
+    other = build_library(extra_flags=("-O2",))
+    assert other != first and other.parent == fresh_cache / "kernels"
+    assert not list(first.parent.glob("*.tmp"))  # the scratch file was renamed into place
+
+
+@pytest.mark.skipif(not HAS_COMPILER or "avx2" not in cpu.cpu_flags(), reason="needs a compiler and an AVX2 CPU")
+@pytest.mark.parametrize("rows", [1, 2, 5, 8])
+def test_the_portable_path_computes_what_the_avx2_path_does(fresh_cache: Path, rows: int) -> None:
+    avx2 = CpuKernels(ctypes.CDLL(str(build_library())))
+    portable = CpuKernels(ctypes.CDLL(str(build_library(extra_flags=("-mno-avx2",)))))
+    codes, scale, minimum = random_q4(33, 96, seed=rows)  # an odd number of output rows: one unpaired
+    x = torch.randn(rows, 96, generator=torch.Generator().manual_seed(7))
+    # the same integer products, summed in another order in fp32
+    torch.testing.assert_close(portable.q4_1(codes, scale, minimum, x), avx2.q4_1(codes, scale, minimum, x),
+                               rtol=1e-5, atol=1e-5)
+    codes8 = torch.randint(-127, 128, (33, 96), dtype=torch.int8)
+    torch.testing.assert_close(portable.q8_0(codes8, scale, x), avx2.q8_0(codes8, scale, x), rtol=1e-5, atol=1e-4)
+
+
+def test_no_compiler_is_a_clear_error_and_a_logged_fallback(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(RuntimeError, match="no C compiler 'no-such-cc' on PATH"):
+        build_library("no-such-cc")
+    monkeypatch.setenv("CC", "no-such-cc")
+    with caplog.at_level(logging.WARNING, logger=cpu.__name__):
+        assert cpu_kernels() is None
+    assert "PyTorch's slower int4 / int8 kernels" in caplog.text and "no-such-cc" in caplog.text
+
+
+def test_a_failing_compiler_names_its_first_error(fresh_cache: Path, tmp_path: Path) -> None:
+    compiler = fake_compiler(tmp_path, "quant_gemv.c:1: error: unknown target CPU")
+    with pytest.raises(RuntimeError, match="could not build minisgl.s C kernels: quant_gemv.c:1: error: unknown target CPU"):
+        build_library(compiler)
+    assert not list((fresh_cache / "kernels").glob("*.so"))  # nothing half-built is left to be loaded
+
+
+@needs_compiler
+def test_inputs_the_kernels_cannot_take_are_refused() -> None:
+    kernels = cpu_kernels()
+    codes, scale, minimum = random_q4(16, 64, seed=0)
+    with pytest.raises(ValueError, match=r"\[rows, in\] CPU tensors"):
+        kernels.q4_1(codes, scale, minimum, torch.randn(2, 1, 64))
+
+
+@needs_compiler
+def test_more_rows_than_one_call_takes_are_done_in_chunks() -> None:
+    kernels = cpu_kernels()
+    codes, scale, minimum = random_q4(24, 64, seed=3)
+    x = torch.randn(kernels.max_rows * 2 + 3, 64)
+    whole = kernels.q4_1(codes, scale, minimum, x)
+    by_chunk = torch.cat([kernels.q4_1(codes, scale, minimum, x[i:i + 3]) for i in range(0, x.shape[0], 3)])
+    assert whole.shape == (x.shape[0], 24)
+    assert torch.equal(whole, by_chunk)  # each row is computed on its own, whatever the chunking
+
+
+@needs_compiler
+def test_the_kernels_use_the_threads_torch_is_given() -> None:
+    kernels = cpu_kernels()
+    codes, scale, minimum = random_q4(64, 128, seed=4)
+    x = torch.randn(3, 128)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = kernels.q4_1(codes, scale, minimum, x)
+        torch.set_num_threads(max(2, os.cpu_count() or 2))
+        assert torch.equal(kernels.q4_1(codes, scale, minimum, x), one)  # rows split over threads, same sums
+    finally:
+        torch.set_num_threads(before)
+
+
+# --- fused.c: the layers' elementwise work and decode attention, against the torch code ----------
+
+
+@needs_compiler
+@pytest.mark.parametrize("rows", [1, 5, 33])  # 33: more rows than one thread takes alone
+def test_rms_norm_with_and_without_the_residual_is_the_torch_norm(rows: int) -> None:
+    kernels = cpu_kernels()
+    generator = torch.Generator().manual_seed(rows)
+    weight = torch.randn(96, generator=generator)
+    wide = torch.randn(rows, 160, generator=generator)
+    x, residual = wide[:, :96], torch.randn(rows, 96, generator=generator)  # x a strided view, as qkv slices are
+    x_before = x.clone()
+    normed, summed = kernels.rms_norm(x, weight, 1e-6, residual)
+    torch.testing.assert_close(summed, x + residual, rtol=0, atol=0)
+    torch.testing.assert_close(normed, F.rms_norm(x + residual, (96,), None, 1e-6) * weight, rtol=1e-5, atol=1e-6)
+    alone, nothing = kernels.rms_norm(x, weight, 1e-6)
+    assert nothing is None
+    torch.testing.assert_close(alone, F.rms_norm(x, (96,), None, 1e-6) * weight, rtol=1e-5, atol=1e-6)
+    assert torch.equal(x, x_before)  # inputs untouched
+
+
+@needs_compiler
+def test_rms_norm_of_each_head_keeps_the_heads_shape() -> None:
+    # Qwen3's q / k norms normalise each head of a [tokens, heads, d] view into qkv
+    qkv = torch.randn(4, 3 * 2 * 8)
+    q = qkv[:, :16].view(4, 2, 8)
+    weight = torch.randn(8)
+    normed, _ = cpu_kernels().rms_norm(q, weight, 1e-6)
+    assert normed.shape == (4, 2, 8)
+    torch.testing.assert_close(normed, F.rms_norm(q, (8,), None, 1e-6) * weight, rtol=1e-5, atol=1e-6)
+
+
+@needs_compiler
+@pytest.mark.parametrize("tokens", [1, 3, 20])
+def test_rope_rotates_q_and_k_as_the_torch_code_does(tokens: int) -> None:
+    rotary = RotaryEmbedding(head_dim=16, max_position=64, base=10000.0, scaling=None)
+    generator = torch.Generator().manual_seed(tokens)
+    qkv = torch.randn(tokens, (3 + 2 * 1) * 16, generator=generator)
+    q, k = qkv[:, :48].view(tokens, 3, 16), qkv[:, 48:64].view(tokens, 1, 16)  # views, as the layer passes them
+    positions = torch.randint(0, 64, (tokens,), generator=generator)
+    table = rotary._table(torch.device("cpu"), torch.float32)
+    got_q, got_k = cpu_kernels().rope(positions, q, k, table)
+    cos, sin = table[positions].unsqueeze(1).chunk(2, dim=-1)
+    torch.testing.assert_close(got_q, _rotate(q, cos, sin), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(got_k, _rotate(k, cos, sin), rtol=1e-6, atol=1e-6)
+
+
+@needs_compiler
+@pytest.mark.parametrize("rows", [1, 17])
+def test_silu_and_mul_is_silu_of_gate_times_up(rows: int) -> None:
+    gate_up = torch.randn(rows, 2 * 40) * 4
+    gate, up = gate_up.chunk(2, dim=-1)
+    torch.testing.assert_close(cpu_kernels().silu_and_mul(gate_up), F.silu(gate) * up, rtol=1e-5, atol=1e-6)
+
+
+@needs_compiler
+def test_decode_attention_reads_each_requests_own_cache_rows() -> None:
+    generator = torch.Generator().manual_seed(5)
+    q_heads, kv_heads, head_dim, cache_slots = 6, 2, 16, 64
+    lengths = [1, 7, 30]  # a request that sees only itself, and longer ones
+    k_cache = torch.randn(cache_slots, kv_heads, head_dim, generator=generator)
+    v_cache = torch.randn(cache_slots, kv_heads, head_dim, generator=generator)
+    order = torch.randperm(cache_slots, generator=generator)  # pages scattered over the cache
+    slots = torch.zeros(len(lengths), max(lengths), dtype=torch.int64)
+    used = 0
+    for i, length in enumerate(lengths):
+        slots[i, :length] = order[used:used + length]
+        used += length
+    q = torch.randn(len(lengths), q_heads, head_dim, generator=generator)
+    got = cpu_kernels().decode_attention(q, k_cache, v_cache, slots, torch.tensor(lengths), head_dim**-0.5)
+    for i, length in enumerate(lengths):
+        keys = k_cache[slots[i, :length]].repeat_interleave(q_heads // kv_heads, dim=1)  # [length, q_heads, d]
+        values = v_cache[slots[i, :length]].repeat_interleave(q_heads // kv_heads, dim=1)
+        expected = F.scaled_dot_product_attention(q[i].unsqueeze(1), keys.transpose(0, 1), values.transpose(0, 1))
+        torch.testing.assert_close(got[i], expected.squeeze(1), rtol=1e-5, atol=1e-5)
+
+
+def test_layers_fall_back_to_torch_without_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    norm = RMSNorm(32, 1e-6)
+    norm.weight = torch.randn(32)
+    x, residual = torch.randn(3, 32), torch.randn(3, 32)
+    with_kernels = norm.forward_with_residual(x, residual)
+    monkeypatch.setattr(kernel_package, "cpu_kernels", lambda: None)
+    assert not kernel_package.use_cpu_kernels(x)
+    without = norm.forward_with_residual(x, residual)
+    torch.testing.assert_close(with_kernels[0], without[0], rtol=1e-5, atol=1e-6)
+    assert torch.equal(with_kernels[1], without[1])
+    assert not kernel_package.use_cpu_kernels(x.bfloat16())  # bf16 always takes the torch code
