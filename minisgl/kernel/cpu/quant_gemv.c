@@ -77,6 +77,9 @@ static inline __attribute__((always_inline)) void q4_1_pair(const uint8_t *codes
                                                             float out[][2]) {
     for (int r = 0; r < rows; r++) { /* the minimum's share: m * (exact sum of the block's activations) */
         float offset0 = 0.0f, offset1 = 0.0f;
+        /* simd: let the sums be reordered into vector lanes (a serial chain of FMAs took as long as the
+           integer dot products themselves) */
+#pragma omp simd reduction(+ : offset0, offset1)
         for (int b = 0; b < blocks; b++) {
             offset0 += m0[b] * xsum[(int64_t)r * blocks + b];
             offset1 += m1[b] * xsum[(int64_t)r * blocks + b];
