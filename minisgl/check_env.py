@@ -189,6 +189,23 @@ def check_cpu() -> Check:
     return Check("cpu", "OK", f"{machine}; dtype auto -> {describe(choice)} for SmolLM2 ({choice.why})")
 
 
+def check_cpu_kernels() -> Check:
+    """Whether minisgl's C kernels for the CPU build here (optional: without them CPU runs take the
+    torch code and PyTorch's int4 kernels, slower)."""
+    try:
+        from minisgl.kernel.cpu import build_library, cpu_flags
+    except ImportError as error:
+        return Check("cpu kernels", "FAIL", f"cannot import minisgl's kernels ({error})", "make install", required=False)
+    try:
+        library = build_library()  # compiles once (a second or two), then reuses the cached build
+    except RuntimeError as error:
+        return Check("cpu kernels", "FAIL", f"not built: {error}; CPU runs use slower torch code instead",
+                     "install a C compiler (Debian/Ubuntu: apt install gcc; macOS: xcode-select --install), "
+                     "or set CC", required=False)
+    simd = "AVX2" if "avx2" in cpu_flags().split() else "portable C (no AVX2)"
+    return Check("cpu kernels", "OK", f"{simd}, built at {library}")
+
+
 CHECKS: list[Callable[[], Check]] = [
     check_python,
     check_torch,
@@ -197,6 +214,7 @@ CHECKS: list[Callable[[], Check]] = [
     check_transformers,
     check_embedded_model,
     check_cpu,
+    check_cpu_kernels,
     check_cuda,
     check_gpu_count,
     check_nccl,

@@ -11,7 +11,8 @@ import pytest
 from minisgl import check_env
 from minisgl.check_env import Check
 
-EXPECTED = ["python", "torch", "gloo", "pyzmq", "transformers", "embedded model", "cpu", "cuda", "gpus", "nccl"]
+EXPECTED = ["python", "torch", "gloo", "pyzmq", "transformers", "embedded model", "cpu", "cpu kernels", "cuda", "gpus",
+            "nccl"]
 
 
 def test_every_requirement_gets_a_status_line():
@@ -28,8 +29,8 @@ def test_command_line_prints_tags_and_exit_code():
     lines = [line for line in run.stdout.splitlines() if line.startswith("[")]
     assert len(lines) == len(EXPECTED), run.stdout
     assert all(line.split("]")[0] in ("[OK", "[FAIL", "[SKIP") for line in lines)
-    failed_required = any(line.startswith("[FAIL]") and "cuda" not in line and "gpus" not in line and "nccl" not in line
-                          for line in lines)
+    optional = ("cuda", "gpus", "nccl", "cpu kernels")
+    failed_required = any(line.startswith("[FAIL]") and not any(name in line for name in optional) for line in lines)
     assert run.returncode == (1 if failed_required else 0), run.stdout
 
 
@@ -67,3 +68,15 @@ def test_a_crashing_check_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(check_env, "CHECKS", [check_boom])
     (result,) = check_env.run_checks()
     assert result.status == "FAIL" and result.name == "boom" and "boom" in result.detail
+
+
+def test_cpu_kernels_without_a_compiler_are_an_optional_failure_with_a_fix(monkeypatch: pytest.MonkeyPatch, tmp_path):
+    monkeypatch.setenv("MINISGL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CC", "no-such-cc")
+    check = check_env.check_cpu_kernels()
+    assert (check.status, check.required) == ("FAIL", False)
+    assert "no C compiler 'no-such-cc'" in check.detail and "apt install gcc" in check.fix
+    monkeypatch.delenv("CC")
+    built = check_env.check_cpu_kernels()
+    if built.status == "OK":  # a machine with a compiler: the library is where the check says
+        assert str(tmp_path / "kernels") in built.detail
