@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from gguf import GGMLQuantizationType
+from safetensors import safe_open
 
 from minisgl.core import Req, SamplingParams, forward_context
 from minisgl.engine import engine as engine_module
@@ -15,7 +16,7 @@ from minisgl.engine.config import EngineConfig
 from minisgl.engine.engine import Engine
 from minisgl.layers.linear import linear
 from minisgl.layers.prepacked import PrepackedFloatWeight, prepacking_available
-from minisgl.layers.quantized import BlockQ4Weight, PackedInt4Weight
+from minisgl.layers.quantized import BlockQ4Weight, PackedInt4Weight, dense_table
 from minisgl.scheduler.batch import make_prefill_batch
 from minisgl.testing.tiny_gguf import make_tiny_gguf_model
 from minisgl.testing.tiny_models import TINY_MODEL_SPECS
@@ -113,5 +114,10 @@ def test_the_dense_copy_a_4bit_layer_keeps_for_large_batches_is_prepacked_too(tm
         by_dense_copy = weight.matmul(x)
         assert by_dense_copy.shape == (5, weight.shape[0])
         torch.testing.assert_close(by_dense_copy, by_int4_kernel, rtol=0, atol=0.02 * by_int4_kernel.abs().max().item())
+        # the tied 8-bit head: its large batches take a prepacked copy, its lookups the same dense rows
+        head = engine.model.model.embed_tokens.weight
+        assert isinstance(head.dense, PrepackedFloatWeight)
+        checkpoint = safe_open(str(model_dir / "model.safetensors"), framework="pt")
+        assert torch.equal(dense_table(head), checkpoint.get_tensor("model.embed_tokens.weight"))
     finally:
         engine.shutdown()

@@ -29,8 +29,8 @@ from minisgl.layers.linear import linear
 from minisgl.layers.prepacked import PrepackedFloatWeight, prepacking_available
 from minisgl.layers.quantized import Int4Weight, PackedWeight, quantize_q8_0
 from minisgl.models.config import ModelConfig
-from minisgl.utils import minisgl_cache_dir
 from minisgl.models.gguf_weights import find_model_gguf
+from minisgl.utils import minisgl_cache_dir
 
 from .config import EngineConfig
 

@@ -61,8 +61,8 @@ class PrepackedFloatWeight(PackedWeight):
 
 def prepack_linear_weights(model: BaseOP) -> None:
     """Swap every fp32 weight a matmul reads (linear layers, the LM head) for its prepacked form, in
-    place, and so the dense copy a 4-bit layer keeps for large batches. Other dtypes, and the rows
-    a tied embedding looks up, stay plain tensors."""
+    place, and so the dense copy a quantized weight keeps for large batches. Other dtypes stay
+    plain tensors, and the rows a tied embedding looks up stay readable beside the packed form."""
     for op in _walk(model):
         if isinstance(op, _LinearBase):
             owner, keep_dense = op, False
@@ -74,8 +74,9 @@ def prepack_linear_weights(model: BaseOP) -> None:
         weight = owner.weight
         if _is_cpu_fp32(weight):
             owner.weight = PrepackedFloatWeight.from_dense(weight, keep_dense)
-        elif isinstance(weight, PackedWeight) and _is_cpu_fp32(weight.dense) and not keep_dense:
-            weight.dense = PrepackedFloatWeight.from_dense(weight.dense, keep_dense=False)
+        elif isinstance(weight, PackedWeight) and _is_cpu_fp32(weight.dense):
+            # a quantized weight's dense copy serves its large batches; a tied head's also its lookups
+            weight.dense = PrepackedFloatWeight.from_dense(weight.dense, keep_dense)
 
 
 def _is_cpu_fp32(weight: object) -> bool:

@@ -260,5 +260,8 @@ def _bf16_copy(x: torch.Tensor) -> torch.Tensor:
 
 
 def dense_table(weight: torch.Tensor | PackedWeight) -> torch.Tensor:
-    """The dense [rows, hidden] table an embedding looks rows up in (a tied 8-bit LM head keeps it)."""
-    return weight.dense if isinstance(weight, PackedWeight) else weight
+    """The dense [rows, hidden] table an embedding looks rows up in (a tied 8-bit LM head keeps it,
+    possibly inside the prepacked copy that serves its large batches)."""
+    while isinstance(weight, PackedWeight):
+        weight = weight.dense
+    return weight
