@@ -104,7 +104,7 @@ def test_inputs_the_kernels_cannot_take_are_refused() -> None:
 def test_more_rows_than_one_call_takes_are_done_in_chunks() -> None:
     kernels = cpu_kernels()
     codes, scale, minimum = random_q4(24, 64, seed=3)
-    x = torch.randn(kernels.max_rows * 2 + 3, 64)
+    x = torch.randn(8 * 2 + 3, 64)  # the kernels take 8 rows per pass over the weights (MAX_ROWS)
     whole = kernels.q4_1(codes, scale, minimum, x)
     by_chunk = torch.cat([kernels.q4_1(codes, scale, minimum, x[i:i + 3]) for i in range(0, x.shape[0], 3)])
     assert whole.shape == (x.shape[0], 24)
@@ -182,7 +182,7 @@ def test_silu_and_mul_is_silu_of_gate_times_up(rows: int) -> None:
 
 
 @needs_compiler
-def test_decode_attention_reads_each_requests_own_cache_rows() -> None:
+def test_decode_attention_stores_the_new_rows_then_reads_each_requests_own() -> None:
     generator = torch.Generator().manual_seed(5)
     q_heads, kv_heads, head_dim, cache_slots = 6, 2, 16, 64
     lengths = [1, 7, 30]  # a request that sees only itself, and longer ones
@@ -194,8 +194,17 @@ def test_decode_attention_reads_each_requests_own_cache_rows() -> None:
     for i, length in enumerate(lengths):
         slots[i, :length] = order[used:used + length]
         used += length
-    q = torch.randn(len(lengths), q_heads, head_dim, generator=generator)
-    got = cpu_kernels().decode_attention(q, k_cache, v_cache, slots, torch.tensor(lengths), head_dim**-0.5)
+    new_slots = torch.stack([slots[i, length - 1] for i, length in enumerate(lengths)])  # each request's newest
+    qkv = torch.randn(len(lengths), (q_heads + 2 * kv_heads) * head_dim, generator=generator)
+    q, k, v = qkv.split([q_heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+    q, k, v = (t.view(len(lengths), -1, head_dim) for t in (q, k, v))  # views into qkv, as the layer passes them
+    untouched = torch.ones(cache_slots, dtype=torch.bool)
+    untouched[new_slots] = False
+    k_before, v_before = k_cache.clone(), v_cache.clone()
+    got = cpu_kernels().decode_attention(q, k, v, new_slots, k_cache, v_cache, slots, torch.tensor(lengths),
+                                         head_dim**-0.5)
+    assert torch.equal(k_cache[new_slots], k) and torch.equal(v_cache[new_slots], v)
+    assert torch.equal(k_cache[untouched], k_before[untouched]) and torch.equal(v_cache[untouched], v_before[untouched])
     for i, length in enumerate(lengths):
         keys = k_cache[slots[i, :length]].repeat_interleave(q_heads // kv_heads, dim=1)  # [length, q_heads, d]
         values = v_cache[slots[i, :length]].repeat_interleave(q_heads // kv_heads, dim=1)

@@ -61,11 +61,12 @@ class TorchAttentionBackend(AttentionBackend):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
         meta: TorchAttentionMetadata = batch.attn_metadata
+        if meta.q_index.shape[1] == 1 and use_cpu_kernels(q):  # a decode step in fp32 on the CPU: one C call
+            return cpu_kernels().decode_attention(q, k, v, batch.out_slots, self.pool.k_buffer[layer_id],
+                                                  self.pool.v_buffer[layer_id], meta.kv_slots, meta.kv_lens,
+                                                  q.shape[2] ** -0.5)  # stores k, v too
         self.pool.store(layer_id, batch.out_slots, k, v)
         reqs, max_kv = meta.kv_slots.shape
-        if meta.q_index.shape[1] == 1 and use_cpu_kernels(q):  # a decode step in fp32 on the CPU: one C call
-            return cpu_kernels().decode_attention(q, self.pool.k_buffer[layer_id], self.pool.v_buffer[layer_id],
-                                                  meta.kv_slots, meta.kv_lens, q.shape[2] ** -0.5)
         max_q = meta.q_index.shape[1]
         num_heads, kv_heads, head_dim = q.shape[1], k.shape[1], q.shape[2]
         group = num_heads // kv_heads  # query heads that share one KV head

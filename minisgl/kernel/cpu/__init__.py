@@ -50,28 +50,23 @@ class CpuKernels:
         self._rope = entry("rope", _POINTER, _INT64, _INT, _POINTER, _INT64, _INT, _POINTER, _POINTER, _POINTER,
                            _POINTER, _INT, _INT, _INT)
         self._silu_and_mul = entry("silu_and_mul", _POINTER, _POINTER, _INT, _INT, _INT)
-        self._decode_attention = entry("decode_attention", *[_POINTER] * 4, _INT64, _POINTER, _POINTER,
-                                       *[_INT] * 4, _FLOAT, _INT)
-        self.max_rows = library.max_rows()  # rows per quantized call; more are taken in chunks of this many
+        self._decode_attention = entry("decode_attention", _POINTER, _POINTER, _INT64, _POINTER, _INT64,
+                                       *[_POINTER] * 4, _INT64, _POINTER, _POINTER, *[_INT] * 4, _FLOAT, _INT)
 
     def q4_1(self, codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """x [rows, in] fp32 @ W.T -> [rows, out] fp32, W given as Q4_1 blocks: codes [out, in / 2]
         uint8 (two per byte, as in GGUF), scale and minimum [out, in / 32] fp32."""
-        x, y = self._operands(x, codes.shape[0])
-        for start in range(0, x.shape[0], self.max_rows):  # every weight block is read once per chunk
-            rows = min(self.max_rows, x.shape[0] - start)
-            self._q4_1(codes.data_ptr(), scale.data_ptr(), minimum.data_ptr(), x[start].data_ptr(), y[start].data_ptr(),
-                       rows, codes.shape[0], x.shape[1], torch.get_num_threads())
+        x, y = _operands(x, codes.shape[0])
+        self._q4_1(codes.data_ptr(), scale.data_ptr(), minimum.data_ptr(), x.data_ptr(), y.data_ptr(),
+                   x.shape[0], codes.shape[0], x.shape[1], torch.get_num_threads())
         return y
 
     def q8_0(self, codes: torch.Tensor, scale: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """x [rows, in] fp32 @ W.T -> [rows, out] fp32, W given as Q8_0 blocks: codes [out, in] int8,
         scale [out, in / 32] fp32."""
-        x, y = self._operands(x, codes.shape[0])
-        for start in range(0, x.shape[0], self.max_rows):
-            rows = min(self.max_rows, x.shape[0] - start)
-            self._q8_0(codes.data_ptr(), scale.data_ptr(), x[start].data_ptr(), y[start].data_ptr(),
-                       rows, codes.shape[0], x.shape[1], torch.get_num_threads())
+        x, y = _operands(x, codes.shape[0])
+        self._q8_0(codes.data_ptr(), scale.data_ptr(), x.data_ptr(), y.data_ptr(),
+                   x.shape[0], codes.shape[0], x.shape[1], torch.get_num_threads())
         return y
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float,
@@ -114,24 +109,27 @@ class CpuKernels:
                            torch.get_num_threads())
         return out
 
-    def decode_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
-                         lengths: torch.Tensor, scale: float) -> torch.Tensor:
-        """One query per request: q [reqs, q_heads, d]; caches [cache_slots, kv_heads, d]; slots
-        [reqs, >= max length] int64, the cache rows of request i's first lengths[i] tokens ->
-        [reqs, q_heads, d]."""
-        q = q.contiguous()
+    def decode_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, new_slots: torch.Tensor,
+                         k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, lengths: torch.Tensor,
+                         scale: float) -> torch.Tensor:
+        """One query per request. Stores the step's k, v [reqs, kv_heads, d] into cache slots
+        `new_slots` [reqs], then attends: q [reqs, q_heads, d]; caches [cache_slots, kv_heads, d],
+        written in place; slots [reqs, >= max length] int64, the cache rows of request i's first
+        lengths[i] tokens -> [reqs, q_heads, d]."""
+        q, k, v = q.contiguous(), _heads(k), _heads(v)
         out = torch.empty(q.shape)
-        self._decode_attention(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr(), slots.stride(0),
-                               lengths.data_ptr(), out.data_ptr(), q.shape[0], q.shape[1], k_cache.shape[1],
-                               q.shape[2], scale, torch.get_num_threads())
+        self._decode_attention(q.data_ptr(), k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0),
+                               new_slots.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr(),
+                               slots.stride(0), lengths.data_ptr(), out.data_ptr(), q.shape[0], q.shape[1],
+                               k_cache.shape[1], q.shape[2], scale, torch.get_num_threads())
         return out
 
-    @staticmethod
-    def _operands(x: torch.Tensor, out_features: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """x as contiguous fp32 rows (what the kernels read) and an empty output [rows, out]."""
-        if x.dim() != 2 or x.device.type != "cpu":
-            raise ValueError(f"the CPU quantized kernels take [rows, in] CPU tensors, not {tuple(x.shape)} on {x.device}")
-        return x.float().contiguous(), torch.empty(x.shape[0], out_features)
+
+def _operands(x: torch.Tensor, out_features: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x as contiguous fp32 rows (what the quantized kernels read) and an empty output [rows, out]."""
+    if x.dim() != 2 or x.device.type != "cpu":
+        raise ValueError(f"the CPU quantized kernels take [rows, in] CPU tensors, not {tuple(x.shape)} on {x.device}")
+    return x.float().contiguous(), torch.empty(x.shape[0], out_features)
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:

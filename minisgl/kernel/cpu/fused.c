@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* summed = x + residual (when residual is not NULL; else summed is x itself), then
  * out = summed / sqrt(mean(summed^2) + eps) * weight, for each of `rows` rows of `dim` values.
@@ -78,15 +79,22 @@ void silu_and_mul(const float *gate_up, float *out, int rows, int half, int thre
     }
 }
 
-/* One query token per request (a decode step): out[i, h] = softmax(q[i, h] . K_i^T * scale) V_i,
- * where K_i, V_i are the rows k_cache[slots[i, t]], t < lengths[i], of KV head h / group (the
- * query heads of a group share one KV head). q, out [reqs, q_heads, head_dim]; caches
- * [cache_slots, kv_heads, head_dim]; slots [reqs, slots_stride]. */
-void decode_attention(const float *q, const float *k_cache, const float *v_cache, const int64_t *slots,
-                      int64_t slots_stride, const int64_t *lengths, float *out, int reqs, int q_heads, int kv_heads,
-                      int head_dim, float scale, int threads) {
+/* One query token per request (a decode step). First the step's new keys and values go into the
+ * cache: row i of k_new / v_new (`new_stride` floats apart, heads dense within a row) into cache
+ * slot new_slots[i]. Then out[i, h] = softmax(q[i, h] . K_i^T * scale) V_i, where K_i, V_i are the
+ * rows k_cache[slots[i, t]], t < lengths[i], of KV head h / group (the query heads of a group share
+ * one KV head). q, out [reqs, q_heads, head_dim]; caches [cache_slots, kv_heads, head_dim];
+ * slots [reqs, slots_stride]. */
+void decode_attention(const float *q, const float *k_new, int64_t k_new_stride, const float *v_new,
+                      int64_t v_new_stride, const int64_t *new_slots, float *k_cache, float *v_cache,
+                      const int64_t *slots, int64_t slots_stride, const int64_t *lengths, float *out, int reqs,
+                      int q_heads, int kv_heads, int head_dim, float scale, int threads) {
     int group = q_heads / kv_heads;
-    int64_t cache_row = (int64_t)kv_heads * head_dim;  /* floats per slot */
+    int64_t cache_row = (int64_t)kv_heads * head_dim; /* floats per slot */
+    for (int i = 0; i < reqs; i++) {
+        memcpy(k_cache + new_slots[i] * cache_row, k_new + i * k_new_stride, cache_row * sizeof(float));
+        memcpy(v_cache + new_slots[i] * cache_row, v_new + i * v_new_stride, cache_row * sizeof(float));
+    }
 #pragma omp parallel for num_threads(threads) schedule(dynamic) collapse(2)
     for (int i = 0; i < reqs; i++) {
         for (int h = 0; h < q_heads; h++) {
@@ -106,7 +114,7 @@ void decode_attention(const float *q, const float *k_cache, const float *v_cache
             }
             float total = 0.0f;
             for (int64_t t = 0; t < length; t++) {
-                scores[t] = expf(scores[t] - best);  /* minus the max: no overflow */
+                scores[t] = expf(scores[t] - best); /* minus the max: no overflow */
                 total += scores[t];
             }
             float *y = out + ((int64_t)i * q_heads + h) * head_dim;

@@ -18,7 +18,7 @@
  * plain loops, which the compiler vectorizes as it can. Output rows are split over OpenMP threads,
  * the runtime PyTorch's own CPU kernels use (libgomp), so no second thread pool competes.
  *
- * Layouts (row-major, `in` a multiple of 32, 1 <= `rows` <= MAX_ROWS activations per call):
+ * Layouts (row-major, `in` a multiple of 32, any number of activation rows, taken MAX_ROWS at a time):
  *   q4 codes [out, in / 2] uint8: per block, byte j holds weight j (low nibble) and 16 + j (high)
  *   q8 codes [out, in] int8;  scale, minimum [out, in / 32] float;  x [rows, in];  y [rows, out]
  */
@@ -177,48 +177,61 @@ static void free_activations(Activations act) {
     free(act.sum);
 }
 
-int max_rows(void) { return MAX_ROWS; }
 
 /* y [rows, out] = x [rows, in] @ W.T for a Q4_1 weight (codes, scale, minimum as above). */
+/* y [rows, out] = x [rows, in] @ W.T for a Q4_1 weight (codes, scale, minimum as above). Rows are
+ * taken MAX_ROWS at a time, each chunk reading every weight block once. */
 void q4_1_gemv(const uint8_t *codes, const float *scale, const float *minimum, const float *x, float *y, int rows,
                int out, int in, int threads) {
     int blocks = in / BLOCK;
     Activations act = quantized_activations(x, rows, in);
+    for (int first = 0; first < rows; first += MAX_ROWS) {
+        int chunk = rows - first < MAX_ROWS ? rows - first : MAX_ROWS;
+        const int16_t *xq = act.codes + (int64_t)first * in;
+        const float *xd = act.scale + (int64_t)first * blocks, *xsum = act.sum + (int64_t)first * blocks;
+        float *y_chunk = y + (int64_t)first * out;
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int pair = 0; pair < (out + 1) / 2; pair++) {
-        /* an odd last column pairs with itself (computed twice, stored twice in one place) */
-        int n0 = 2 * pair, n1 = n0 + 1 < out ? n0 + 1 : n0;
-        const uint8_t *codes0 = codes + (int64_t)n0 * in / 2, *codes1 = codes + (int64_t)n1 * in / 2;
-        const float *d0 = scale + (int64_t)n0 * blocks, *d1 = scale + (int64_t)n1 * blocks;
-        const float *m0 = minimum + (int64_t)n0 * blocks, *m1 = minimum + (int64_t)n1 * blocks;
-        float columns[MAX_ROWS][2] = {{0}};
-        switch (rows) { /* one specialized copy per row count */
-#define Q4_ROWS(R) case R: q4_1_pair(codes0, d0, m0, codes1, d1, m1, act.codes, act.scale, act.sum, R, blocks, columns); break;
-            Q4_ROWS(1) Q4_ROWS(2) Q4_ROWS(3) Q4_ROWS(4) Q4_ROWS(5) Q4_ROWS(6) Q4_ROWS(7) Q4_ROWS(8)
-        }
-        for (int r = 0; r < rows; r++) {
-            y[(int64_t)r * out + n0] = columns[r][0];
-            y[(int64_t)r * out + n1] = columns[r][1];
+        for (int pair = 0; pair < (out + 1) / 2; pair++) {
+            /* an odd last column pairs with itself (computed twice, stored twice in one place) */
+            int n0 = 2 * pair, n1 = n0 + 1 < out ? n0 + 1 : n0;
+            const uint8_t *codes0 = codes + (int64_t)n0 * in / 2, *codes1 = codes + (int64_t)n1 * in / 2;
+            const float *d0 = scale + (int64_t)n0 * blocks, *d1 = scale + (int64_t)n1 * blocks;
+            const float *m0 = minimum + (int64_t)n0 * blocks, *m1 = minimum + (int64_t)n1 * blocks;
+            float columns[MAX_ROWS][2] = {{0}};
+            switch (chunk) { /* one specialized copy per row count */
+#define Q4_ROWS(R) case R: q4_1_pair(codes0, d0, m0, codes1, d1, m1, xq, xd, xsum, R, blocks, columns); break;
+                Q4_ROWS(1) Q4_ROWS(2) Q4_ROWS(3) Q4_ROWS(4) Q4_ROWS(5) Q4_ROWS(6) Q4_ROWS(7) Q4_ROWS(8)
+            }
+            for (int r = 0; r < chunk; r++) {
+                y_chunk[(int64_t)r * out + n0] = columns[r][0];
+                y_chunk[(int64_t)r * out + n1] = columns[r][1];
+            }
         }
     }
     free_activations(act);
 }
 
-/* y [rows, out] = x [rows, in] @ W.T for a Q8_0 weight. */
+/* y [rows, out] = x [rows, in] @ W.T for a Q8_0 weight, MAX_ROWS rows at a time. */
 void q8_0_gemv(const int8_t *codes, const float *scale, const float *x, float *y, int rows, int out, int in,
                int threads) {
     int blocks = in / BLOCK;
     Activations act = quantized_activations(x, rows, in);
+    for (int first = 0; first < rows; first += MAX_ROWS) {
+        int chunk = rows - first < MAX_ROWS ? rows - first : MAX_ROWS;
+        const int16_t *xq = act.codes + (int64_t)first * in;
+        const float *xd = act.scale + (int64_t)first * blocks;
+        float *y_chunk = y + (int64_t)first * out;
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int n = 0; n < out; n++) {
-        float column[MAX_ROWS] = {0};
-        const int8_t *row_codes = codes + (int64_t)n * in;
-        const float *d = scale + (int64_t)n * blocks;
-        switch (rows) {
-#define Q8_ROWS(R) case R: q8_0_row(row_codes, d, act.codes, act.scale, R, blocks, column); break;
-            Q8_ROWS(1) Q8_ROWS(2) Q8_ROWS(3) Q8_ROWS(4) Q8_ROWS(5) Q8_ROWS(6) Q8_ROWS(7) Q8_ROWS(8)
+        for (int n = 0; n < out; n++) {
+            float column[MAX_ROWS] = {0};
+            const int8_t *row_codes = codes + (int64_t)n * in;
+            const float *d = scale + (int64_t)n * blocks;
+            switch (chunk) {
+#define Q8_ROWS(R) case R: q8_0_row(row_codes, d, xq, xd, R, blocks, column); break;
+                Q8_ROWS(1) Q8_ROWS(2) Q8_ROWS(3) Q8_ROWS(4) Q8_ROWS(5) Q8_ROWS(6) Q8_ROWS(7) Q8_ROWS(8)
+            }
+            for (int r = 0; r < chunk; r++) y_chunk[(int64_t)r * out + n] = column[r];
         }
-        for (int r = 0; r < rows; r++) y[(int64_t)r * out + n] = column[r];
     }
     free_activations(act);
 }
