@@ -1,7 +1,7 @@
 """Weight-only quantization on the CPU: a linear weight kept as 4-bit codes with one scale and one
-minimum per group of inputs, multiplied by PyTorch's int4 CPU kernel; and the LM head as 8-bit codes
-with one scale per group of 32 inputs, multiplied by its int8 CPU kernel (chapter 04, "Quantized
-shards").
+minimum per group of inputs, and the LM head as 8-bit codes with one scale per group of 32 inputs,
+multiplied by minisgl's own C kernels (minisgl/kernel/cpu/quant_gemv.c) where this machine could
+build them, else by PyTorch's int4 / int8 CPU kernels (chapter 04, "Quantized shards").
 
 A weight W [out, in] becomes, for every group g of `group_size` consecutive inputs,
 
@@ -14,20 +14,20 @@ Two forms, one per stage:
 - `Int4Weight`, the loader's form: codes as a plain [out, in] tensor (one code per byte), so
   sharding and merging are the same narrow / cat as for a dense weight, with the scales following
   their groups;
-- `PackedInt4Weight`, the kernel's form (two codes per byte, in the tile order this CPU's kernel
-  reads): what a linear layer holds, and what `linear()` dispatches on.
+- the kernel's form, what a linear layer holds and `linear()` dispatches on: `BlockQ4Weight`
+  (GGUF's blocks of 32 again, two codes per byte, for minisgl's kernel) or `PackedInt4Weight`
+  (the tile order PyTorch's kernel reads).
 
 The GGUF stores SmolLM2's tied embedding / LM head as Q8_0: per block of 32 inputs of a row, a
-scale d = max|w| / 127 and codes round(w / d). PyTorch's int8 kernel takes one scale per output row,
-so `PackedInt8Weight` calls it once per block column, each call with that block's scales, and adds
-the partial results. Q8_0's rule applied again to the dequantized weight gives back the very same
-codes and scales, so it rounds nothing new (but the kernel reads the scales in bf16). It serves the
-LM head's matmul; lookups keep reading the dense table.
+scale d = max|w| / 127 and codes round(w / d). `quantize_q8_0` applies that rule to the dequantized
+weight, which gives back the very same codes and scales, so it rounds nothing new. minisgl's kernel
+reads the blocks as they are (`BlockQ8Weight`); PyTorch's int8 kernel takes one scale per output
+row, so `PackedInt8Weight` calls it once per block column and adds the partial results (reading the
+scales in bf16). It serves the LM head's matmul; lookups keep reading the dense table.
 
-Both kernels stream 4 to 8 bits per weight instead of 32 or 16, which is what a decode step of a
-few rows waits for. They are no faster at arithmetic than a float GEMM (they widen every weight to
-fp32 before multiplying), so above `max_quantized_rows` rows, where arithmetic decides, the same
-weights run through F.linear from a dense copy.
+Both forms stream 4 to 8 bits per weight instead of 32 or 16, which is what a decode step of a few
+rows waits for. Neither is faster at arithmetic than a float GEMM, so above `max_quantized_rows`
+rows, where arithmetic decides, the same weights run from a dense copy.
 """
 
 from __future__ import annotations
