@@ -43,8 +43,8 @@ from minisgl.kernel.cpu import BLOCK, cpu_kernels
 KERNEL_CODE_OFFSET = 8  # the kernel reads codes 0..15 as the signed values -8..7
 KERNEL_GROUP_SIZES = (32, 64, 128, 256)  # the group sizes the CPU kernel accepts
 KERNEL_OUT_MULTIPLE = 16  # the kernel packs output rows in tiles of 16 (AVX2) or more
-INT8_GROUP_SIZE = 32  # inputs per scale of an int8 weight, as in Q8_0 (the kernel needs a multiple of 16:
-# it reads 16 inputs per aligned load on AVX-512, and other sizes crash it)
+INT8_GROUP_SIZE = BLOCK  # inputs per scale of an int8 weight: Q8_0's block of 32 (PyTorch's kernel also
+# needs a multiple of 16: it reads 16 inputs per aligned load on AVX-512, and other sizes crash it)
 INT8_MAX_CODE = 127  # symmetric codes -127..127
 
 

