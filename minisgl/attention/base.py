@@ -2,8 +2,9 @@
 (chapters 07 and 10).
 
 The engine calls `prepare` once per batch and `release` when a request finishes; each attention
-layer calls `forward`. A backend that can run inside a CUDA graph says so (`supports_cuda_graph`)
-and implements the three graph hooks `engine/cuda_graph.py` calls; the engine asks this flag,
+layer calls `forward`. A backend that can run inside a CUDA graph says so (`supports_cuda_graph`),
+one that can run inside a CPU graph of C calls too (`supports_cpu_graph`), and implements the three
+graph hooks `engine/cuda_graph.py` and `engine/cpu_graph.py` call; the engine asks these flags,
 never probes for methods.
 """
 
@@ -24,7 +25,8 @@ FLASHINFER_PIN = "flashinfer-python==0.6.18.post1"  # the version benchmark/run_
 
 
 class AttentionBackend(ABC):
-    supports_cuda_graph: ClassVar[bool] = False  # True: the three graph hooks below are implemented
+    supports_cuda_graph: ClassVar[bool] = False  # True: the three graph hooks below serve CUDA graphs
+    supports_cpu_graph: ClassVar[bool] = False  # True: they serve CPU graphs (decode in C kernels only)
 
     @abstractmethod
     def prepare(self, batch: Batch) -> None:
@@ -38,18 +40,19 @@ class AttentionBackend(ABC):
     def release(self, req: Req) -> None:
         """`req` finished: drop whatever this backend keeps per request (nothing, by default)."""
 
-    # ---- CUDA graphs (engine/cuda_graph.py), where `supports_cuda_graph` ----------------------------
+    # ---- graphs (engine/cuda_graph.py, engine/cpu_graph.py), where `supports_*_graph` --------------
     def init_graph_buffers(self, max_bs: int) -> None:
         """Allocate the static buffers that every graph, up to batch size `max_bs`, reads."""
-        raise NotImplementedError(f"{type(self).__name__} does not run in CUDA graphs")
+        raise NotImplementedError(f"{type(self).__name__} does not run in graphs")
 
     def graph_metadata(self, bs: int) -> Any:
         """The `attn_metadata` a graph of `bs` rows is captured with (views of the static buffers)."""
-        raise NotImplementedError(f"{type(self).__name__} does not run in CUDA graphs")
+        raise NotImplementedError(f"{type(self).__name__} does not run in graphs")
 
     def prepare_graph_replay(self, batch: Batch, bucket: int) -> None:
-        """Write `batch` into the static buffers of the graph of `bucket` rows, padding the rest."""
-        raise NotImplementedError(f"{type(self).__name__} does not run in CUDA graphs")
+        """Write `batch` into the static buffers of the graph of `bucket` rows, padding the rest (a
+        CPU graph is captured for each batch size: `bucket` is the batch's own size)."""
+        raise NotImplementedError(f"{type(self).__name__} does not run in graphs")
 
 
 def resolve_attention_backend(name: str, device: torch.device) -> str:
@@ -103,4 +106,4 @@ def create_attention_backend(
         return TritonAttentionBackend(pool, device, max_seq_len, max_requests)
     from .torch_backend import TorchAttentionBackend
 
-    return TorchAttentionBackend(pool)
+    return TorchAttentionBackend(pool, max_seq_len)

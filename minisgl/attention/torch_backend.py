@@ -5,7 +5,9 @@ the Triton and FlashInfer kernels are tested against (chapter 10).
 Prefill with a cached prefix and batched decode are the same computation: request i has p_i cached
 tokens and e_i new ones; new token j (0-based) may see cached positions < p_i + j + 1. A decode
 step in fp32 on the CPU (one query per request) skips the padding and the mask: one C function
-(minisgl/kernel/cpu/fused.c) reads each request's own cache rows.
+(minisgl/kernel/cpu/fused.c) reads each request's own cache rows. That step is all C calls, so it
+can run in a CPU graph (engine/cpu_graph.py): the graph hooks below keep its slot table and
+lengths in static buffers.
 """
 
 from __future__ import annotations
@@ -27,13 +29,19 @@ class TorchAttentionMetadata:
     kv_slots: torch.Tensor  # [reqs, max_kv] pool slot of every visible token (padding -> slot 0)
     q_index: torch.Tensor  # [reqs, max_q] row of each padded query in the flat token array
     q_valid: torch.Tensor  # [reqs, max_q] which padded queries are real tokens
-    mask: torch.Tensor  # [reqs, 1, max_q, max_kv] True where attention is allowed
+    mask: torch.Tensor | None  # [reqs, 1, max_q, max_kv] True where attention is allowed (None in a
+    # CPU graph, whose decode attention is the C function, which needs no mask)
     kv_lens: torch.Tensor  # [reqs] int64: visible tokens of each request
 
 
 class TorchAttentionBackend(AttentionBackend):
-    def __init__(self, pool: KVCachePool) -> None:
+    supports_cpu_graph = True
+
+    def __init__(self, pool: KVCachePool, max_seq_len: int) -> None:
         self.pool = pool
+        self.max_seq_len = max_seq_len  # the width of a CPU graph's slot table
+        self._graph_slots: torch.Tensor | None = None  # [max_bs, max_seq_len] int64, CPU graphs only
+        self._graph_lens: torch.Tensor | None = None  # [max_bs] int64
 
     def prepare(self, batch: Batch) -> None:
         device = batch.input_ids.device
@@ -87,3 +95,19 @@ class TorchAttentionBackend(AttentionBackend):
         out = out.view(reqs, kv_heads, group, max_q, head_dim).permute(0, 3, 1, 2, 4)
         out = out.reshape(reqs, max_q, num_heads, head_dim)
         return out[meta.q_valid]  # [tokens, q_heads, d], back in flat token order
+
+    # ---- CPU graphs (engine/cpu_graph.py): decode steps whose attention is the C function ----------
+    def init_graph_buffers(self, max_bs: int) -> None:
+        self._graph_slots = torch.zeros(max_bs, self.max_seq_len, dtype=torch.int64)
+        self._graph_lens = torch.zeros(max_bs, dtype=torch.int64)
+
+    def graph_metadata(self, bs: int) -> TorchAttentionMetadata:
+        one_query = torch.zeros(bs, 1, dtype=torch.int64)  # what `forward` reads to take the decode path
+        return TorchAttentionMetadata(self._graph_slots[:bs], one_query, one_query == 0, None, self._graph_lens[:bs])
+
+    def prepare_graph_replay(self, batch: Batch, bucket: int) -> None:
+        # Row i: the slots of request i's tokens so far, the new one included (lengths say how many
+        # of the row's slots are real; the C function reads no further).
+        for i, (req, prefix) in enumerate(zip(batch.reqs, batch.prefix_lens)):
+            self._graph_slots[i, : prefix + 1] = self.pool.slot_tensor(req.pages, prefix + 1)
+        self._graph_lens[: batch.size] = torch.tensor(batch.prefix_lens) + 1

@@ -1,7 +1,8 @@
 """One rank's engine: bind the device, join the TP group, build the model on the meta device and
 stream its shard in, size the KV cache (the same on every rank), and run forward + sample
 (chapters 02-04). On CUDA it also captures decode CUDA graphs and can run a step
-asynchronously, so the scheduler prepares the next step meanwhile (chapter 10). With pipeline
+asynchronously, so the scheduler prepares the next step meanwhile; on a CPU it records decode steps
+that are all C kernel calls as CPU graphs (chapter 10). With pipeline
 parallelism (chapter 13) it is one stage: its layers only, activations in from the previous stage
 and out to the next (`forward_stage`).
 """
@@ -37,6 +38,7 @@ from minisgl.distributed import (
 )
 from minisgl.distributed.symm_mem import enable_symm_mem, keep_multicast_off, symm_mem_unavailable
 from minisgl.distributed.rendezvous import rendezvous
+from minisgl.kernel import cpu_kernels
 from minisgl.kvcache import KVCachePool
 from minisgl.layers import local_kv_heads, use_tp_ops
 from minisgl.layers.batch_invariant import set_batch_invariant
@@ -48,6 +50,7 @@ from minisgl.models.weight import load_dummy_weights, load_weights
 from minisgl.trace import TRACE
 
 from .config import EngineConfig
+from .cpu_graph import CpuGraphRunner
 from .cuda_graph import CudaGraphRunner
 from .placeholders import resolve_placeholders
 from .precision import resolve_precision
@@ -119,6 +122,7 @@ class Engine:
         # the last step's greedy tokens, which fill the next step's placeholders (placeholders.py)
         self._future_tokens = torch.zeros(2 * config.max_running_requests, dtype=torch.int64, device=self.device)
         self.graph_runner = self._init_cuda_graphs()
+        self.cpu_graphs = self._init_cpu_graphs()
 
     def _init_communication(self) -> dist.ProcessGroup | None:
         """A gloo group for CPU control messages; tensor collectives on gloo or NCCL (chapter 03).
@@ -265,6 +269,23 @@ class Engine:
         with torch.inference_mode():
             return CudaGraphRunner(self.model, self.attn_backend, max_bs, self.device, self._future_tokens)
 
+    def _init_cpu_graphs(self) -> CpuGraphRunner | None:
+        """CPU graphs where a decode step can be all C calls: one rank (a collective is not a C call),
+        one stage, fp32 GGUF weights (a dense matmul is a PyTorch op) with the C kernels built, the
+        torch attention backend. That the step's layers then call nothing but C is what capture
+        itself checks (batches above `max_quantized_rows` take dense matmuls, and run eagerly)."""
+        config = self.config
+        max_bs = config.max_running_requests if config.cpu_graph_max_bs is None else config.cpu_graph_max_bs
+        if max_bs <= 0 or self.device.type != "cpu" or config.world_size > 1 or config.tp_ops is not None:
+            return None
+        if config.quantization != "gguf" or self.dtype != torch.float32 or cpu_kernels() is None:
+            return None
+        if COMM_COUNTER.counting:
+            return None
+        if not self.attn_backend.supports_cpu_graph:
+            return None
+        return CpuGraphRunner(self.model, self.attn_backend, max_bs, self._future_tokens)
+
     @torch.inference_mode()
     def forward(self, batch: Batch) -> list[int]:
         """Run the model on `batch` and sample one token per request (identical on every rank)."""
@@ -277,7 +298,7 @@ class Engine:
         if self.graph_runner is not None and self.graph_runner.fits(batch):
             tokens = self.graph_runner.run(batch)[1]  # the graph kept them for the next step too
         else:
-            tokens = torch.argmax(self._forward_eager(batch).float(), dim=-1)  # [num_reqs], as sample() does
+            tokens = torch.argmax(self._forward_on_host(batch).float(), dim=-1)  # [num_reqs], as sample() does
             self._future_tokens[: tokens.numel()].copy_(tokens)
         if self.device.type != "cuda":
             return TokenFuture(tokens, None)
@@ -293,6 +314,15 @@ class Engine:
         its tensors move to the device without a host-device sync."""
         if self.graph_runner is not None and self.graph_runner.fits(batch):
             return self.graph_runner.run(batch)[0]
+        return self._forward_on_host(batch)
+
+    def _forward_on_host(self, batch: Batch) -> torch.Tensor:
+        """A step the host launches: a CPU graph's replay where one fits (or is recorded by this
+        very step), else the eager forward."""
+        if self.cpu_graphs is not None and self.cpu_graphs.fits(batch):
+            logits = self.cpu_graphs.run(batch)
+            if logits is not None:
+                return logits
         return self._forward_eager(batch)
 
     def _forward_eager(self, batch: Batch) -> torch.Tensor:

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from minisgl.distributed import all_gather, all_reduce, get_tp_info
+from minisgl.kernel import cpu_kernels, use_cpu_kernels
 
 from .base import BaseOP, Weight
 from .linear import linear
@@ -41,7 +42,9 @@ class VocabParallelEmbedding(BaseOP):
             return ops.vocab_embedding(input_ids, self.weight, self.vocab_size)
         table = dense_table(self.weight)  # a tied 8-bit LM head keeps the dense rows beside its codes (ch. 04)
         if get_tp_info().size == 1:  # the whole table is here; the seam's all-reduce is the identity
-            return all_reduce(F.embedding(input_ids, table))
+            # fp32 on the CPU: one C call, which a CPU graph can record (chapter 10)
+            rows = cpu_kernels().embedding(input_ids, table) if use_cpu_kernels(table) else F.embedding(input_ids, table)
+            return all_reduce(rows)
         in_shard = (input_ids >= self.vocab_start) & (input_ids < self.vocab_end)  # [tokens]
         local_ids = torch.where(in_shard, input_ids - self.vocab_start, 0)
         embeddings = F.embedding(local_ids, table)  # [tokens, hidden]

@@ -163,6 +163,9 @@ class LlamaForCausalLM(BaseOP):
         if not self._stage.is_last:
             return hidden_states, residual
         hidden_states, _ = self.model.norm.forward_with_residual(hidden_states, residual)
-        # Only each request's last new token is sampled: a 512-token prefill needs 1 row of logits.
+        # Only each request's last new token is sampled: a 512-token prefill needs 1 row of logits. A
+        # decode step's rows are already one per request.
+        if batch.phase != "decode":
+            hidden_states = hidden_states[batch.last_indices]  # [num_reqs, hidden]
         comm_site("lm_head")
-        return self.lm_head.forward(hidden_states[batch.last_indices])  # [num_reqs, vocab]
+        return self.lm_head.forward(hidden_states)  # [num_reqs, vocab]

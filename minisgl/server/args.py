@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     parallel.add_argument("--cuda-graph-max-bs", type=int, default=None, metavar="N",
                           help="largest decode batch replayed as a CUDA graph; 0 disables graphs "
                                "(default: --max-running-requests, at most 256)")
+    parallel.add_argument("--cpu-graph-max-bs", type=int, default=None, metavar="N",
+                          help="largest decode batch replayed as a CPU graph of minisgl's C kernel calls (fp32 "
+                               "with --quantization gguf, one rank); 0 disables (default: --max-running-requests)")
     parallel.add_argument("--disable-overlap-schedule", action="store_true",
                           help="on CUDA, wait for each step's tokens before scheduling the next")
     parallel.add_argument("--comm-stats-dir", metavar="DIR",
@@ -197,6 +200,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         dist_backend=ns.dist_backend,
         attention_backend=ns.attention_backend,
         cuda_graph_max_bs=ns.cuda_graph_max_bs,
+        cpu_graph_max_bs=ns.cpu_graph_max_bs,
         overlap_schedule=False if ns.disable_overlap_schedule else None,
         comm_stats_dir=ns.comm_stats_dir,
         trace_dir=ns.trace,
@@ -239,6 +243,8 @@ def check_args(args: ServerArgs) -> ServerArgs:
             raise ArgsError(f"{flag} must be at least 1, got {value}")
     if config.cuda_graph_max_bs is not None and config.cuda_graph_max_bs < 0:
         raise ArgsError(f"--cuda-graph-max-bs must be >= 0 (0 disables CUDA graphs), got {config.cuda_graph_max_bs}")
+    if config.cpu_graph_max_bs is not None and config.cpu_graph_max_bs < 0:
+        raise ArgsError(f"--cpu-graph-max-bs must be >= 0 (0 disables CPU graphs), got {config.cpu_graph_max_bs}")
     if config.num_pages is not None and config.num_pages < 2:
         raise ArgsError(f"--num-pages must be at least 2 (one page is reserved), got {config.num_pages}")
     if config.kv_memory_gb is not None and config.kv_memory_gb <= 0:

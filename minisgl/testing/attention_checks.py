@@ -82,7 +82,7 @@ def run_attention_case(
     max_seq_len = max(p + e for p, e in zip(prefix_lens, extend_lens))
     backends = [
         create_attention_backend(backend, pools[0], device, max_seq_len, len(reqs), local_q_heads=num_q_heads),
-        TorchAttentionBackend(pools[1]),
+        TorchAttentionBackend(pools[1], max_seq_len),
     ]
     outs = []
     for backend, t in zip(backends, (dtype, torch.float32)):

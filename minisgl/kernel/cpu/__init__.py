@@ -26,6 +26,8 @@ import torch
 
 from minisgl.utils import minisgl_cache_dir
 
+from .graph import record_call
+
 SOURCES = [Path(__file__).with_name(name) for name in ("quant_gemv.c", "fused.c")]
 COMPILE_FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
 BLOCK = 32  # weights per GGUF block (Q4_0, Q4_1, Q8_0): one scale each
@@ -38,10 +40,16 @@ class CpuKernels:
     """The compiled library, its entry points wrapped for torch tensors (fp32, on the CPU)."""
 
     def __init__(self, library: ctypes.CDLL) -> None:
-        def entry(name: str, *argtypes: type) -> Callable[..., int]:
+        def entry(name: str, *argtypes: type, restype: type | None = None) -> Callable[..., int | None]:
             function = getattr(library, name)
-            function.argtypes = list(argtypes)
-            return function
+            function.argtypes, function.restype = list(argtypes), restype
+
+            def call(*args: object) -> int | None:
+                result = function(*args)
+                record_call(function, args)  # written down while a CPU graph is being captured (graph.py)
+                return result
+
+            return call
 
         self._q4_1 = entry("q4_1_gemv", *[_POINTER] * 5, *[_INT] * 4)
         self._q8_0 = entry("q8_0_gemv", *[_POINTER] * 4, *[_INT] * 4)
@@ -50,6 +58,7 @@ class CpuKernels:
         self._rope = entry("rope", _POINTER, _INT64, _INT, _POINTER, _INT64, _INT, _POINTER, _POINTER, _POINTER,
                            _POINTER, _INT, _INT, _INT)
         self._silu_and_mul = entry("silu_and_mul", _POINTER, _POINTER, _INT, _INT, _INT)
+        self._embedding = entry("embedding", _POINTER, _INT64, _INT64, _POINTER, _POINTER, _INT, _INT, restype=_INT)
         self._decode_attention = entry("decode_attention", _POINTER, _POINTER, _INT64, _POINTER, _INT64,
                                        *[_POINTER] * 4, _INT64, _POINTER, _POINTER, *[_INT] * 4, _FLOAT, _INT)
 
@@ -68,6 +77,17 @@ class CpuKernels:
         self._q8_0(codes.data_ptr(), scale.data_ptr(), x.data_ptr(), y.data_ptr(),
                    x.shape[0], codes.shape[0], x.shape[1], torch.get_num_threads())
         return y
+
+    def embedding(self, ids: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        """ids [tokens] int64 -> their rows of table [rows, d] fp32, as F.embedding (an id outside
+        the table raises IndexError)."""
+        ids = ids.to(torch.int64).contiguous()
+        out = torch.empty(ids.shape[0], table.shape[1])
+        refused = self._embedding(table.data_ptr(), table.stride(0), table.shape[0], ids.data_ptr(), out.data_ptr(),
+                                  ids.shape[0], table.shape[1])
+        if refused:
+            raise IndexError(f"{refused} token id(s) outside the embedding table of {table.shape[0]} rows")
+        return out
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float,
                  residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:

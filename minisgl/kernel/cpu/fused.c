@@ -12,6 +12,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* out[i] = table[ids[i]] (rows `table_stride` floats apart) for `count` ids, `dim` values each. An id
+ * outside [0, rows) gets a row of zeros; returns how many there were (the caller raises). */
+int embedding(const float *table, int64_t table_stride, int64_t rows, const int64_t *ids, float *out, int count,
+              int dim) {
+    int refused = 0;
+    for (int i = 0; i < count; i++) {
+        float *y = out + (int64_t)i * dim;
+        if (ids[i] < 0 || ids[i] >= rows) {
+            memset(y, 0, (size_t)dim * sizeof(float));
+            refused++;
+        } else {
+            memcpy(y, table + ids[i] * table_stride, (size_t)dim * sizeof(float));
+        }
+    }
+    return refused;
+}
+
 /* summed = x + residual (when residual is not NULL; else summed is x itself), then
  * out = summed / sqrt(mean(summed^2) + eps) * weight, for each of `rows` rows of `dim` values.
  * x and residual rows are `x_stride` / `residual_stride` floats apart; out and summed are dense. */

@@ -177,7 +177,6 @@ static void free_activations(Activations act) {
 }
 
 
-/* y [rows, out] = x [rows, in] @ W.T for a Q4_1 weight (codes, scale, minimum as above). */
 /* y [rows, out] = x [rows, in] @ W.T for a Q4_1 weight (codes, scale, minimum as above). Rows are
  * taken MAX_ROWS at a time, each chunk reading every weight block once. */
 void q4_1_gemv(const uint8_t *codes, const float *scale, const float *minimum, const float *x, float *y, int rows,
