@@ -42,8 +42,12 @@ class TorchAttentionBackend(AttentionBackend):
         self.max_seq_len = max_seq_len  # the width of a CPU graph's slot table
         self._graph_slots: torch.Tensor | None = None  # [max_bs, max_seq_len] int64, CPU graphs only
         self._graph_lens: torch.Tensor | None = None  # [max_bs] int64
+        self._graph_rows: list[tuple[int, int]] = []  # per slot-table row: (request uid, slots written)
 
     def prepare(self, batch: Batch) -> None:
+        # A batch outside the graphs (a prefill, a retracted request coming back) may give a request
+        # new pages: the graphs' slot table is rewritten from the pages on their next replay.
+        self._graph_rows = [(-1, 0)] * len(self._graph_rows)
         device = batch.input_ids.device
         kv_lens = [p + e for p, e in zip(batch.prefix_lens, batch.extend_lens)]
         max_q, max_kv = max(batch.extend_lens), max(kv_lens)
@@ -100,6 +104,7 @@ class TorchAttentionBackend(AttentionBackend):
     def init_graph_buffers(self, max_bs: int) -> None:
         self._graph_slots = torch.zeros(max_bs, self.max_seq_len, dtype=torch.int64)
         self._graph_lens = torch.zeros(max_bs, dtype=torch.int64)
+        self._graph_rows = [(-1, 0)] * max_bs
 
     def graph_metadata(self, bs: int) -> TorchAttentionMetadata:
         one_query = torch.zeros(bs, 1, dtype=torch.int64)  # what `forward` reads to take the decode path
@@ -107,7 +112,11 @@ class TorchAttentionBackend(AttentionBackend):
 
     def prepare_graph_replay(self, batch: Batch, bucket: int) -> None:
         # Row i: the slots of request i's tokens so far, the new one included (lengths say how many
-        # of the row's slots are real; the C function reads no further).
-        for i, (req, prefix) in enumerate(zip(batch.reqs, batch.prefix_lens)):
-            self._graph_slots[i, : prefix + 1] = self.pool.slot_tensor(req.pages, prefix + 1)
+        # of the row's slots are real; the C function reads no further). A request in the same row
+        # as last step has all but the new slot there already: one store, not its whole history.
+        for i, (req, prefix, new_slot) in enumerate(zip(batch.reqs, batch.prefix_lens, batch.out_slots.tolist())):
+            if self._graph_rows[i] != (req.uid, prefix):
+                self._graph_slots[i, :prefix] = self.pool.slot_tensor(req.pages, prefix)
+            self._graph_slots[i, prefix] = new_slot
+            self._graph_rows[i] = (req.uid, prefix + 1)
         self._graph_lens[: batch.size] = torch.tensor(batch.prefix_lens) + 1

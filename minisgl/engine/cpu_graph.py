@@ -31,10 +31,13 @@ logger = logging.getLogger(__name__)
 
 
 class CpuGraphRunner:
-    def __init__(self, model: BaseOP, attn_backend: AttentionBackend, max_bs: int, future_tokens: torch.Tensor) -> None:
+    def __init__(self, model: BaseOP, attn_backend: AttentionBackend, max_bs: int,
+                 future_tokens: torch.Tensor | None) -> None:
         self.model = model
         self.attn_backend = attn_backend
-        self.future_tokens = future_tokens  # the engine's: last step's greedy tokens (placeholders.py)
+        # the engine's last greedy tokens, which fill placeholder ids (placeholders.py); None: the
+        # engine runs without the overlap schedule, so no batch holds a placeholder
+        self.future_tokens = future_tokens
         self.max_bs = max_bs  # lowered to below the first batch size whose forward cannot be captured
         self.inputs = torch.zeros(3, max_bs, dtype=torch.int64)  # token ids, positions, out slots
         self.last_indices = torch.arange(max_bs)  # one logits row per request
@@ -68,7 +71,8 @@ class CpuGraphRunner:
     def _load(self, batch: Batch) -> None:
         """Copy `batch` into the static buffers its graph reads."""
         bs = batch.size
-        resolve_placeholders(batch.input_ids, self.future_tokens)  # overlap: last step's tokens, in place
+        if self.future_tokens is not None:
+            resolve_placeholders(batch.input_ids, self.future_tokens)  # last step's tokens, in place
         self.inputs[:, :bs] = torch.stack([batch.input_ids, batch.positions, batch.out_slots])
         self.attn_backend.prepare_graph_replay(batch, bs)
 

@@ -284,7 +284,7 @@ class Engine:
             return None
         if not self.attn_backend.supports_cpu_graph:
             return None
-        return CpuGraphRunner(self.model, self.attn_backend, max_bs, self._future_tokens)
+        return CpuGraphRunner(self.model, self.attn_backend, max_bs, self._future_tokens if self.overlap else None)
 
     @torch.inference_mode()
     def forward(self, batch: Batch) -> list[int]:
