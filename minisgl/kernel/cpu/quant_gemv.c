@@ -31,6 +31,12 @@
 
 #define BLOCK 32
 #define MAX_ROWS 8
+/* How far ahead of the block being multiplied its weight row is fetched into cache. The hardware
+ * prefetchers alone left about a tenth of the speed on the table on the AVX2 EPYC this was tuned on
+ * (interleaved runs of the 30 SmolLM2 layers at 1 row: median 7.3 -> 6.3 ms; its Q8_0 LM head: 2.0
+ * -> 1.7 ms). A prefetch past the end of the array is harmless: prefetches never fault. */
+#define PREFETCH_Q4_BLOCKS 24 /* 384 bytes of codes */
+#define PREFETCH_Q8_BLOCKS 32 /* 1 KiB of codes */
 
 /* x [rows, in] -> codes [rows, in] int16 and, per block, its scale and the exact sum of its values */
 static void quantize_activations(const float *x, int rows, int in, int16_t *codes, float *scale, float *sum) {
@@ -91,6 +97,10 @@ static inline __attribute__((always_inline)) void q4_1_pair(const uint8_t *codes
     for (int r = 0; r < rows; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
     const __m256i low_nibble = _mm256_set1_epi16(0x0F);
     for (int b = 0; b < blocks; b++) {
+        if (b % 4 == 0) { /* one 64-byte line holds 4 blocks of codes */
+            _mm_prefetch((const char *)(codes0 + (int64_t)(b + PREFETCH_Q4_BLOCKS) * 16), _MM_HINT_T0);
+            _mm_prefetch((const char *)(codes1 + (int64_t)(b + PREFETCH_Q4_BLOCKS) * 16), _MM_HINT_T0);
+        }
         /* 16 bytes -> 16 int16 lanes; the low nibbles are weights 0..15, the high ones 16..31 */
         __m256i bytes0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(codes0 + (int64_t)b * 16)));
         __m256i bytes1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(codes1 + (int64_t)b * 16)));
@@ -132,6 +142,7 @@ static inline __attribute__((always_inline)) void q8_0_row(const int8_t *codes, 
     for (int r = 0; r < rows; r++) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
     for (int b = 0; b < blocks; b++) {
         const int8_t *block = codes + (int64_t)b * BLOCK;
+        if (b % 2 == 0) _mm_prefetch((const char *)(block + PREFETCH_Q8_BLOCKS * BLOCK), _MM_HINT_T0); /* 2 per line */
         __m256i first = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)block));
         __m256i second = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(block + 16)));
         for (int r = 0; r < rows; r++) {
