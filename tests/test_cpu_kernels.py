@@ -176,8 +176,11 @@ def test_rope_rotates_q_and_k_as_the_torch_code_does(tokens: int) -> None:
 
 @needs_compiler
 @pytest.mark.parametrize("rows", [1, 17])
-def test_silu_and_mul_is_silu_of_gate_times_up(rows: int) -> None:
-    gate_up = torch.randn(rows, 2 * 40) * 4
+@pytest.mark.parametrize("spread", [4.0, 120.0], ids=["normal", "beyond-exp-range"])
+def test_silu_and_mul_is_silu_of_gate_times_up(rows: int, spread: float) -> None:
+    # 43 values per half: five groups of 8 for the vector exp and a tail of 3 for libm's; a spread of
+    # 120 reaches past where e^x is a normal float (the kernel clamps exp's input to [-87, 88])
+    gate_up = torch.randn(rows, 2 * 43) * spread
     gate, up = gate_up.chunk(2, dim=-1)
     torch.testing.assert_close(cpu_kernels().silu_and_mul(gate_up), F.silu(gate) * up, rtol=1e-5, atol=1e-6)
 

@@ -11,6 +11,37 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
+/* x[i] = e^x[i] for n values. libm's expf is one value per call, and SiLU and softmax each need
+ * one per element: a tenth of the C time of a decode step. With AVX2, 8 at a time: x = k ln2 + r
+ * with |r| <= ln2 / 2, e^r by Cephes' degree-6 polynomial (within 2 ulp of expf), 2^k written
+ * straight into the float's exponent bits. Inputs are clamped to [-87, 88], where e^x is a normal
+ * float (e^-87 ~ 1.6e-38: what SiLU and softmax make of less is 0 all the same). */
+static void exp_in_place(float *x, int64_t n) {
+    int64_t i = 0;
+#ifdef __AVX2__
+    const float coefficients[] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                  4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+        __m256 k = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        /* r = v - k ln2, with ln2 split in two parts so the product loses no bits */
+        __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), v);
+        r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+        __m256 p = _mm256_set1_ps(coefficients[0]);
+        for (int c = 1; c < 6; c++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(coefficients[c]));
+        p = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f)); /* 1 + r + r^2 p */
+        __m256i two_k = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(p, _mm256_castsi256_ps(two_k)));
+    }
+#endif
+    for (; i < n; i++) x[i] = expf(x[i]);
+}
 
 /* out[i] = table[ids[i]] (rows `table_stride` floats apart) for `count` ids, `dim` values each. An id
  * outside [0, rows) gets a row of zeros; returns how many there were (the caller raises). */
@@ -92,7 +123,9 @@ void silu_and_mul(const float *gate_up, float *out, int rows, int half, int thre
     for (int r = 0; r < rows; r++) {
         const float *gate = gate_up + (int64_t)r * 2 * half, *up = gate + half;
         float *y = out + (int64_t)r * half;
-        for (int j = 0; j < half; j++) y[j] = gate[j] / (1.0f + expf(-gate[j])) * up[j];
+        for (int j = 0; j < half; j++) y[j] = -gate[j];
+        exp_in_place(y, half);
+        for (int j = 0; j < half; j++) y[j] = gate[j] / (1.0f + y[j]) * up[j];
     }
 }
 
@@ -129,11 +162,10 @@ void decode_attention(const float *q, const float *k_new, int64_t k_new_stride, 
                 scores[t] = dot * scale;
                 best = fmaxf(best, scores[t]);
             }
+            for (int64_t t = 0; t < length; t++) scores[t] -= best; /* minus the max: no overflow */
+            exp_in_place(scores, length);
             float total = 0.0f;
-            for (int64_t t = 0; t < length; t++) {
-                scores[t] = expf(scores[t] - best); /* minus the max: no overflow */
-                total += scores[t];
-            }
+            for (int64_t t = 0; t < length; t++) total += scores[t];
             float *y = out + ((int64_t)i * q_heads + h) * head_dim;
             for (int j = 0; j < head_dim; j++) y[j] = 0.0f;
             for (int64_t t = 0; t < length; t++) {
