@@ -129,6 +129,16 @@ void silu_and_mul(const float *gate_up, float *out, int rows, int half, int thre
     }
 }
 
+/* Key and value rows sit at whatever slots the page table handed out, so the hardware prefetcher
+ * cannot guess the next one; the loops below ask for the row they reach PREFETCH_KEYS keys later.
+ * That took a fifth of the C attention time away on the AVX2 EPYC (interleaved runs of SmolLM2's
+ * 30 layers at a 100-token context: median 1.35 -> 1.06 ms per step). */
+#define PREFETCH_KEYS 8
+
+static inline void prefetch_row(const float *row, int head_dim) {
+    for (int j = 0; j < head_dim; j += 16) __builtin_prefetch(row + j); /* 16 floats per 64-byte line */
+}
+
 /* One query token per request (a decode step). First the step's new keys and values go into the
  * cache: row i of k_new / v_new (`new_stride` floats apart, heads dense within a row) into cache
  * slot new_slots[i]. Then out[i, h] = softmax(q[i, h] . K_i^T * scale) V_i, where K_i, V_i are the
@@ -155,6 +165,8 @@ void decode_attention(const float *q, const float *k_new, int64_t k_new_stride, 
             float *scores = malloc((size_t)length * sizeof(float));
             float best = -INFINITY;
             for (int64_t t = 0; t < length; t++) {
+                if (t + PREFETCH_KEYS < length)
+                    prefetch_row(k_cache + request_slots[t + PREFETCH_KEYS] * cache_row + head_offset, head_dim);
                 const float *key = k_cache + request_slots[t] * cache_row + head_offset;
                 float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
@@ -169,6 +181,8 @@ void decode_attention(const float *q, const float *k_new, int64_t k_new_stride, 
             float *y = out + ((int64_t)i * q_heads + h) * head_dim;
             for (int j = 0; j < head_dim; j++) y[j] = 0.0f;
             for (int64_t t = 0; t < length; t++) {
+                if (t + PREFETCH_KEYS < length)
+                    prefetch_row(v_cache + request_slots[t + PREFETCH_KEYS] * cache_row + head_offset, head_dim);
                 const float *value = v_cache + request_slots[t] * cache_row + head_offset;
                 float weight = scores[t] / total;
 #pragma omp simd
