@@ -3,7 +3,9 @@
 bf16 and 4-bit GGUF weights. Before the runs it measures this machine's read bandwidth and matmul
 peak, and prints each result as a fraction of them: the bandwidth floor (every weight byte read
 once per decode step) at batch 1, the matmul peak (2 flops per weight per token) at batch >= 16.
-For minisgl's bf16 and GGUF runs it also counts the greedy answers equal to its fp32 run's.
+For minisgl's bf16 and GGUF runs it also counts the greedy answers equal to its fp32 run's. Last,
+llama.cpp and minisgl's GGUF single stream take turns `--rounds` times and the median ratio is
+printed: on a shared machine whose speed drifts between runs, neighbouring runs compare fairly.
 
     python benchmark/offline_throughput.py                         # everything, embedded SmolLM2
     python benchmark/offline_throughput.py --batch-sizes 1 32 --new-tokens 32 --minisgl float32 gguf
@@ -28,6 +30,7 @@ import os
 import statistics
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,21 +137,41 @@ def run_minisgl(
     return tok_s, [o.token_ids for o in outputs]
 
 
-def run_llama_cpp(gguf_path: Path, prompt: list[int], new_tokens: int, threads: int) -> float:
-    """Single-stream tokens per second of llama.cpp, prompt processing included as for the others."""
+def llama_cpp_stream(gguf_path: Path, threads: int) -> Callable[[list[int], int], float]:
+    """llama.cpp on `gguf_path`, warmed up: a function giving single-stream tokens per second of
+    `new_tokens` greedy tokens after `prompt`, prompt processing included as for the others."""
     from llama_cpp import Llama
 
     llm = Llama(model_path=str(gguf_path), n_threads=threads, n_threads_batch=threads, n_ctx=1024, verbose=False)
 
-    def generate(count: int) -> None:
+    def run(prompt: list[int], new_tokens: int) -> float:
+        start = time.perf_counter()
         for produced, _ in enumerate(llm.generate(prompt, temp=0.0, reset=True), start=1):
-            if produced == count:
+            if produced == new_tokens:
                 break
+        return new_tokens / (time.perf_counter() - start)
 
-    generate(4)  # warm-up
-    start = time.perf_counter()
-    generate(new_tokens)
-    return new_tokens / (time.perf_counter() - start)
+    run([1, 2, 3], 4)  # warm-up
+    return run
+
+
+def single_stream_rounds(model_dir: Path, gguf_path: Path, prompt: list[int], new_tokens: int, threads: int,
+                         rounds: int) -> None:
+    """llama.cpp and minisgl's GGUF pick, one single stream each, alternated `rounds` times: on a
+    shared machine whose speed drifts, the median ratio of neighbouring runs is the fair comparison."""
+    llama_cpp = llama_cpp_stream(gguf_path, threads)
+    llm = LLM(model_dir, progress=False, cpu_threads=threads, **MINISGL_VARIANTS["gguf"])
+    run_minisgl(llm, [prompt], 4, False)  # warm-up: records the batch-1 CPU graph
+    ratios = []
+    print(f"\nsingle stream, alternated ({rounds} rounds): llama.cpp, minisgl gguf (tok/s)")
+    for round_index in range(rounds):
+        theirs = llama_cpp(prompt, new_tokens)
+        ours = run_minisgl(llm, [prompt], new_tokens, False)[0]
+        ratios.append(ours / theirs)
+        print(f"  round {round_index + 1}: {theirs:6.1f}  {ours:6.1f}  -> {ours / theirs:.2f}x")
+    llm.shutdown()
+    print(f"  median ratio minisgl / llama.cpp: {statistics.median(ratios):.2f}x "
+          f"(range {min(ratios):.2f}-{max(ratios):.2f})")
 
 
 def gguf_weight_type(gguf_path: Path) -> str:
@@ -202,6 +225,8 @@ def main() -> None:
     parser.add_argument("--transformers", nargs="*", default=["float32", "bfloat16"], help="dtypes (none: skip)")
     parser.add_argument("--minisgl", nargs="*", default=list(MINISGL_VARIANTS), choices=list(MINISGL_VARIANTS))
     parser.add_argument("--until-eos", action="store_true", help="stop each request at EOS (chat-like)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="then alternate llama.cpp and minisgl's GGUF single stream this many times (0: skip)")
     args = parser.parse_args()
 
     model_dir = Path(args.model) if args.model else ensure_default_model()
@@ -226,7 +251,7 @@ def main() -> None:
         print("llama.cpp skipped: it runs a single stream, and --batch-sizes has no 1")
     else:
         file_bytes = sum(int(t.n_bytes) for t in GGUFReader(gguf_path).tensors)
-        tok_s = run_llama_cpp(gguf_path, prompts[1][0], args.new_tokens, args.threads)
+        tok_s = llama_cpp_stream(gguf_path, args.threads)(prompts[1][0], args.new_tokens)
         results.append(Result("llama.cpp", gguf_weight_type(gguf_path), 1, tok_s, file_bytes))
         print(f"llama.cpp done: {tok_s:.1f} tok/s", flush=True)
 
@@ -269,6 +294,8 @@ def main() -> None:
     if not flops:
         flops = flops_per_token(AutoModelForCausalLM.from_pretrained(model_dir))
     report(results, machine, flops, dtype_of)
+    if args.rounds and any(r.engine == "llama.cpp" for r in results) and "gguf" in args.minisgl:
+        single_stream_rounds(model_dir, gguf_path, prompts[1][0], args.new_tokens, args.threads, args.rounds)
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
           + ("  -- BUSY MACHINE: these numbers are not reliable" if os.getloadavg()[0] > 0.5 + args.threads else ""))
 
