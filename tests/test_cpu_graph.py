@@ -147,8 +147,14 @@ def test_graph_replays_give_the_eager_logits_step_after_step(q4_model) -> None:
 
 @needs_kernels
 def test_a_step_with_pytorch_work_runs_eagerly_and_caps_the_graphs(q4_model, caplog: pytest.LogCaptureFixture) -> None:
-    # Batches above 2 rows take the dense fp32 weights (oneDNN, a PyTorch op): not capturable.
-    engine = engine_for(q4_model, max_quantized_rows=2)
+    # Batches above 2 rows take the dense fp32 weights (oneDNN, a PyTorch op): not capturable. By
+    # default the graphs stop at that row limit; asked for more, capture finds it out.
+    default = engine_for(q4_model, max_quantized_rows=2)
+    try:
+        assert default.cpu_graphs.max_bs == 2
+    finally:
+        default.shutdown()
+    engine = engine_for(q4_model, max_quantized_rows=2, cpu_graph_max_bs=8)
     try:
         with caplog.at_level(logging.INFO, logger="minisgl.engine.cpu_graph"):
             pairs = decode_both_ways(engine, [[1, 5, 9], [1, 300, 301, 302], [1, 77, 78]], steps=4)

@@ -49,7 +49,7 @@ class EngineConfig:
     cuda_graph_max_bs: int | None = None  # largest decode batch replayed as a CUDA graph; 0 disables;
     # None: max_running_requests (capped at 256)
     cpu_graph_max_bs: int | None = None  # largest decode batch replayed as a CPU graph of C calls (cpu_graph.py);
-    # 0 disables; None: max_running_requests
+    # 0 disables; None: max_running_requests, or max_quantized_rows where smaller
     comm_stats_dir: str | None = None  # count bytes and time of every collective; each rank writes a JSON here
     trace_dir: str | None = None  # every process of the run records its timeline here (minisgl.trace)
     overlap_schedule: bool | None = None  # prepare step N+1 while the device runs step N;

@@ -275,7 +275,9 @@ class Engine:
         torch attention backend. That the step's layers then call nothing but C is what capture
         itself checks (batches above `max_quantized_rows` take dense matmuls, and run eagerly)."""
         config = self.config
-        max_bs = config.max_running_requests if config.cpu_graph_max_bs is None else config.cpu_graph_max_bs
+        max_bs = config.cpu_graph_max_bs
+        if max_bs is None:  # every batch the quantized kernels take (larger ones use dense matmuls)
+            max_bs = min(config.max_running_requests, config.max_quantized_rows or config.max_running_requests)
         if max_bs <= 0 or self.device.type != "cpu" or config.world_size > 1 or config.tp_ops is not None:
             return None
         if config.quantization != "gguf" or self.dtype != torch.float32 or cpu_kernels() is None:

@@ -123,7 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
                                "(default: --max-running-requests, at most 256)")
     parallel.add_argument("--cpu-graph-max-bs", type=int, default=None, metavar="N",
                           help="largest decode batch replayed as a CPU graph of minisgl's C kernel calls (fp32 "
-                               "with --quantization gguf, one rank); 0 disables (default: --max-running-requests)")
+                               "with --quantization gguf, one rank); 0 disables (default: --max-running-requests, "
+                               "or the quantized kernels' row limit where smaller)")
     parallel.add_argument("--disable-overlap-schedule", action="store_true",
                           help="on CUDA, wait for each step's tokens before scheduling the next")
     parallel.add_argument("--comm-stats-dir", metavar="DIR",
