@@ -41,7 +41,7 @@ SAMPLES = 3  # the median of 3 passes, so one noisy pass (another process waking
 MIN_CPU_SHARE = 0.75  # below it the probe shared its cores with other work: its result is not cached
 GIVE_UP_FACTOR = 3.0  # one pass this much slower than the best variant so far is enough to rule it out
 DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-PROBE_VERSION = 4  # bump when the measurement changes, so old cached results are not reused
+PROBE_VERSION = 5  # bump when the measurement (or a kernel it times) changes, so old results are not reused
 
 logger = logging.getLogger(__name__)
 
