@@ -161,7 +161,8 @@ def single_stream_rounds(model_dir: Path, gguf_path: Path, prompt: list[int], ne
     shared machine whose speed drifts, the median ratio of neighbouring runs is the fair comparison."""
     llama_cpp = llama_cpp_stream(gguf_path, threads)
     llm = LLM(model_dir, progress=False, cpu_threads=threads, **MINISGL_VARIANTS["gguf"])
-    run_minisgl(llm, [prompt], 4, False)  # warm-up: records the batch-1 CPU graph
+    llama_cpp(prompt, new_tokens)  # a discarded round each: llama.cpp's first pass over a new prompt
+    run_minisgl(llm, [prompt], new_tokens, False)  # is slow, and minisgl's records its batch-1 CPU graph
     ratios = []
     print(f"\nsingle stream, alternated ({rounds} rounds): llama.cpp, minisgl gguf (tok/s)")
     for round_index in range(rounds):
