@@ -170,6 +170,15 @@ class Batch:
     last_indices: torch.Tensor  # [num_reqs] index in input_ids of each request's last new token
     attn_metadata: Any = None  # filled by the attention backend's prepare()
 
+    @classmethod
+    def graph_decode(cls, inputs: torch.Tensor, last_indices: torch.Tensor, bs: int, attn_metadata: Any) -> Batch:
+        """The decode batch a CUDA or CPU graph of `bs` rows is captured with: views of the static
+        buffers each replay reads, inputs [3, >= bs] (token ids, positions, out slots) and
+        last_indices [>= bs]. It holds no requests: a graph sees only tensors."""
+        return cls(phase="decode", reqs=[], input_ids=inputs[0, :bs], positions=inputs[1, :bs],
+                   out_slots=inputs[2, :bs], prefix_lens=[], extend_lens=[], last_indices=last_indices[:bs],
+                   attn_metadata=attn_metadata)
+
     @property
     def num_tokens(self) -> int:
         return int(self.input_ids.shape[0])

@@ -77,14 +77,4 @@ class CpuGraphRunner:
         self.attn_backend.prepare_graph_replay(batch, bs)
 
     def _static_batch(self, bs: int) -> Batch:
-        return Batch(
-            phase="decode",
-            reqs=[],
-            input_ids=self.inputs[0, :bs],
-            positions=self.inputs[1, :bs],
-            out_slots=self.inputs[2, :bs],
-            prefix_lens=[],
-            extend_lens=[],
-            last_indices=self.last_indices[:bs],
-            attn_metadata=self.attn_backend.graph_metadata(bs),
-        )
+        return Batch.graph_decode(self.inputs, self.last_indices, bs, self.attn_backend.graph_metadata(bs))

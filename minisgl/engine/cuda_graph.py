@@ -61,17 +61,7 @@ class CudaGraphRunner:
         logger.info("captured %d CUDA graphs for decode batch sizes up to %d", len(self.graphs), max_bs)
 
     def _static_batch(self, bs: int) -> Batch:
-        return Batch(
-            phase="decode",
-            reqs=[],
-            input_ids=self.inputs[0, :bs],
-            positions=self.inputs[1, :bs],
-            out_slots=self.inputs[2, :bs],
-            prefix_lens=[],
-            extend_lens=[],
-            last_indices=self.last_indices[:bs],
-            attn_metadata=self.attn_backend.graph_metadata(bs),
-        )
+        return Batch.graph_decode(self.inputs, self.last_indices, bs, self.attn_backend.graph_metadata(bs))
 
     def _run(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         resolve_placeholders(batch.input_ids, self.future_tokens)
