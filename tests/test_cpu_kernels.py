@@ -181,8 +181,10 @@ def test_silu_and_mul_is_silu_of_gate_times_up(rows: int, spread: float) -> None
     # 43 values per half: five groups of 8 for the vector exp and a tail of 3 for libm's; a spread of
     # 120 reaches past where e^x is a normal float (the kernel clamps exp's input to [-87, 88])
     gate_up = torch.randn(rows, 2 * 43) * spread
+    gate_up[0, 5] = float("nan")  # a NaN stays NaN, in the vector body as in torch
     gate, up = gate_up.chunk(2, dim=-1)
-    torch.testing.assert_close(cpu_kernels().silu_and_mul(gate_up), F.silu(gate) * up, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(cpu_kernels().silu_and_mul(gate_up), F.silu(gate) * up, rtol=1e-5, atol=1e-6,
+                               equal_nan=True)
 
 
 @needs_compiler
@@ -214,6 +216,20 @@ def test_decode_attention_stores_the_new_rows_then_reads_each_requests_own() -> 
         values = v_cache[slots[i, :length]].repeat_interleave(q_heads // kv_heads, dim=1)
         expected = F.scaled_dot_product_attention(q[i].unsqueeze(1), keys.transpose(0, 1), values.transpose(0, 1))
         torch.testing.assert_close(got[i], expected.squeeze(1), rtol=1e-5, atol=1e-5)
+
+
+@needs_compiler
+def test_decode_attention_keeps_a_nan_where_torch_does() -> None:
+    # A NaN key of KV head 0 makes softmax NaN for the query heads reading it, as in torch; the
+    # other KV head's query heads stay finite (20 keys: the vector exp's body and its tail).
+    q_heads, kv_heads, head_dim, length = 4, 2, 16, 20
+    k_cache, v_cache = torch.randn(length, kv_heads, head_dim), torch.randn(length, kv_heads, head_dim)
+    k_cache[3, 0, 5] = float("nan")
+    q, k, v = torch.randn(1, q_heads, head_dim), k_cache[-1:].clone(), v_cache[-1:].clone()
+    slots = torch.arange(length).unsqueeze(0)
+    got = cpu_kernels().decode_attention(q, k, v, torch.tensor([length - 1]), k_cache, v_cache, slots,
+                                         torch.tensor([length]), head_dim**-0.5)
+    assert got[0, :2].isnan().all() and not got[0, 2:].isnan().any()
 
 
 def test_layers_fall_back_to_torch_without_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:

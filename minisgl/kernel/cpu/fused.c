@@ -16,10 +16,11 @@
 #endif
 
 /* x[i] = e^x[i] for n values. libm's expf is one value per call, and SiLU and softmax each need
- * one per element: a tenth of the C time of a decode step. With AVX2, 8 at a time: x = k ln2 + r
- * with |r| <= ln2 / 2, e^r by Cephes' degree-6 polynomial (within 2 ulp of expf), 2^k written
- * straight into the float's exponent bits. Inputs are clamped to [-87, 88], where e^x is a normal
- * float (e^-87 ~ 1.6e-38: what SiLU and softmax make of less is 0 all the same). */
+ * one per element (SiLU alone took 0.23 ms of SmolLM2's 7.8 ms 4-bit decode step). With AVX2, 8 at
+ * a time: x = k ln2 + r with |r| <= ln2 / 2, e^r by Cephes' degree-6 polynomial (within 2 ulp of
+ * expf), 2^k written straight into the float's exponent bits. Inputs are clamped to [-87, 88],
+ * where e^x is a normal float (e^-87 ~ 1.6e-38: what SiLU and softmax make of less is 0 all the
+ * same); a NaN stays NaN (max / min return their second operand when one is NaN). */
 static void exp_in_place(float *x, int64_t n) {
     int64_t i = 0;
 #ifdef __AVX2__
@@ -27,7 +28,7 @@ static void exp_in_place(float *x, int64_t n) {
                                   4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
     for (; i + 8 <= n; i += 8) {
         __m256 v = _mm256_loadu_ps(x + i);
-        v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+        v = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), v));
         __m256 k = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         /* r = v - k ln2, with ln2 split in two parts so the product loses no bits */

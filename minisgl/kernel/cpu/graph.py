@@ -4,7 +4,7 @@ CUDA graph (chapter 10, "CPU graphs").
 A decode step of a small model on the CPU is a few hundred calls into minisgl's C kernels (four
 quantized matmuls, two norms, RoPE, attention and SiLU per layer). The C work of one call is a few
 microseconds to a few tens; the Python around it (layer methods, checks, output allocation, ctypes
-conversions) costs about as much again, and for a 135M model that is a third of the step.
+conversions) costs more than half as much again: for a 135M model, over a third of the step.
 Inside `capture()`, every call `CpuKernels` makes is also written down: the C function and its
 arguments, which are raw addresses and sizes. `CapturedCalls.replay()` makes the same calls again,
 in order, and runs nothing else.
