@@ -78,7 +78,8 @@ def resolve_precision(config: EngineConfig) -> EngineConfig:
     if quantization not in ("auto", "none", "gguf"):
         raise ValueError(f"unknown quantization {quantization!r}; use auto, none or gguf")
     if quantization == "gguf" and device != "cpu":
-        raise ValueError("--quantization gguf runs on the CPU only (its 4-bit kernels are CPU kernels); use none on CUDA")
+        raise ValueError("--quantization gguf runs on the CPU only (its 4-bit kernels are CPU kernels); "
+                         "use none on CUDA")
     if quantization == "gguf" and config.load_format == "dummy":
         raise ValueError("--load-format dummy has no GGUF to quantize from; use --quantization none")
     if config.deterministic and device != "cpu":

@@ -42,9 +42,9 @@ class VocabParallelEmbedding(BaseOP):
             return ops.vocab_embedding(input_ids, self.weight, self.vocab_size)
         table = dense_table(self.weight)  # a tied 8-bit LM head keeps the dense rows beside its codes (ch. 04)
         if get_tp_info().size == 1:  # the whole table is here; the seam's all-reduce is the identity
-            # fp32 on the CPU: one C call, which a CPU graph can record (chapter 10)
-            rows = cpu_kernels().embedding(input_ids, table) if use_cpu_kernels(table) else F.embedding(input_ids, table)
-            return all_reduce(rows)
+            if use_cpu_kernels(table):  # fp32 on the CPU: one C call, which a CPU graph can record (chapter 10)
+                return all_reduce(cpu_kernels().embedding(input_ids, table))
+            return all_reduce(F.embedding(input_ids, table))
         in_shard = (input_ids >= self.vocab_start) & (input_ids < self.vocab_end)  # [tokens]
         local_ids = torch.where(in_shard, input_ids - self.vocab_start, 0)
         embeddings = F.embedding(local_ids, table)  # [tokens, hidden]

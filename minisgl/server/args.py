@@ -242,10 +242,9 @@ def check_args(args: ServerArgs) -> ServerArgs:
     for flag, value in positive.items():
         if value < 1:
             raise ArgsError(f"{flag} must be at least 1, got {value}")
-    if config.cuda_graph_max_bs is not None and config.cuda_graph_max_bs < 0:
-        raise ArgsError(f"--cuda-graph-max-bs must be >= 0 (0 disables CUDA graphs), got {config.cuda_graph_max_bs}")
-    if config.cpu_graph_max_bs is not None and config.cpu_graph_max_bs < 0:
-        raise ArgsError(f"--cpu-graph-max-bs must be >= 0 (0 disables CPU graphs), got {config.cpu_graph_max_bs}")
+    for kind, value in (("CUDA", config.cuda_graph_max_bs), ("CPU", config.cpu_graph_max_bs)):
+        if value is not None and value < 0:
+            raise ArgsError(f"--{kind.lower()}-graph-max-bs must be >= 0 (0 disables {kind} graphs), got {value}")
     if config.num_pages is not None and config.num_pages < 2:
         raise ArgsError(f"--num-pages must be at least 2 (one page is reserved), got {config.num_pages}")
     if config.kv_memory_gb is not None and config.kv_memory_gb <= 0:

@@ -98,9 +98,9 @@ def computes_nothing(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out
         return True
     if any(arg.alias_info is not None and arg.alias_info.is_write for arg in func._schema.arguments):
         return False  # in place (copy_, add_, index_copy_): writes a tensor
-    inputs = {_storage_address(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+    inputs = {_storage_address(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)} - {None}
     outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-    return all(_storage_address(t) in inputs - {None} for t in outputs)
+    return all(_storage_address(t) in inputs for t in outputs)
 
 
 def _storage_address(t: torch.Tensor) -> int | None:
