@@ -4,8 +4,11 @@ leave no child and no ipc folder behind; a queue carries typed messages and neve
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import sys
+import tempfile
 import time
 from types import SimpleNamespace
 
@@ -14,11 +17,12 @@ import pytest
 from minisgl.core import SamplingParams
 from minisgl.message import AbortRequest, GenerateRequest, PubQueue, PullQueue, PushQueue, SubQueue
 from minisgl.process import ChildDied, ChildGroup, LaunchError, Ready, first_dead
+from minisgl.process.start import start_child_server
 
 pytestmark = pytest.mark.timeout(120)
 
 
-# ---- child bodies (module level: a spawned child imports them by name) ----------------------------
+# ---- child bodies (module level: a child imports them by name) ---------------------------------------
 def _serve(ready: Ready) -> None:
     ready("up")
     time.sleep(60)
@@ -33,6 +37,18 @@ def _exit_silently(ready: Ready) -> None:
 
 
 def _never_ready(ready: Ready) -> None:
+    time.sleep(60)
+
+
+LAUNCHER_STATE = "as imported"  # a test changes it in the launcher; a child must not see the change
+
+
+def _report_what_it_inherited(out_path: str, ready: Ready) -> None:
+    print("a line from the child", file=sys.stderr, flush=True)
+    report = {"mark": os.environ.get("MINISGL_TEST_MARK"), "tmp": tempfile.gettempdir(), "state": LAUNCHER_STATE}
+    with open(out_path, "w") as f:
+        json.dump(report, f)
+    ready()
     time.sleep(60)
 
 
@@ -78,6 +94,35 @@ def test_a_timeout_names_the_missing_child_and_the_fix() -> None:
     with pytest.raises(LaunchError, match=r"^minisgl-slow did not start within 3 s \(raise --start-timeout\)$"):
         group.wait_ready(3, fix="raise --start-timeout")
     _assert_stopped(group)
+
+
+def test_a_child_takes_the_launchers_environment_and_output_of_now_but_none_of_its_state(tmp_path, monkeypatch) -> None:
+    """Children are forked from a server started earlier (minisgl/process/start.py): what a spawned
+    child would inherit from the launcher at its start (environment, stdout/stderr) must still be
+    the launcher's of now; what a forked launcher would leak (its Python state) must not arrive."""
+    start_child_server()  # (or already running): its environment and stderr are those of this moment
+    monkeypatch.setenv("MINISGL_TEST_MARK", "set after the server started")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(sys.modules[__name__], "LAUNCHER_STATE", "changed by the launcher")
+    out_path, err_path = tmp_path / "report.json", tmp_path / "stderr.txt"
+    saved_stderr = os.dup(2)
+    with open(err_path, "w") as err:
+        os.dup2(err.fileno(), 2)  # what pytest's capfd does between tests
+    try:
+        group = ChildGroup()
+        group.spawn("minisgl-report", _report_what_it_inherited, str(out_path))
+        try:
+            group.wait_ready(60)
+        finally:
+            group.stop()
+    finally:
+        os.dup2(saved_stderr, 2)
+        os.close(saved_stderr)
+    report = json.loads(out_path.read_text())
+    assert report["mark"] == "set after the server started"
+    assert report["tmp"] == str(tmp_path)
+    assert report["state"] == "as imported"  # a fresh import, not a copy of this process
+    assert "a line from the child" in err_path.read_text()
 
 
 def test_the_child_killed_by_a_signal_is_the_one_named() -> None:

@@ -343,10 +343,10 @@ def test_cpu_share_sees_a_process_that_waits_and_one_that_computes() -> None:
     time.sleep(0.3)  # no CPU at all
     assert precision.cpu_share(start_wall, start_cpu, threads=1) < 0.2
     start_wall, start_cpu = time.perf_counter(), time.process_time()
-    while time.perf_counter() - start_wall < 0.3:  # one thread busy: a share of one core, half of two
+    while time.process_time() - start_cpu < 0.3:  # 0.3 s of CPU, however long the wall clock takes
         pass
     alone = precision.cpu_share(start_wall, start_cpu, threads=1)
-    assert alone > 0.3  # even beside other work, a spinning thread gets a good part of a core
+    assert alone > 0.1  # fails only where this process got under a tenth of a core (CI runs 2 workers on 2)
     assert precision.cpu_share(start_wall, start_cpu, threads=4) < alone / 2
 
 

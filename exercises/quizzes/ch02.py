@@ -5,11 +5,11 @@ choice: one letter, e.g. "b".  multi: every letter that applies, e.g. "bd" (the 
 order: every letter once, in your order, e.g. "dacb".  number: an int or float in the unit asked.
 """
 
-# Q1 (choice). Why does the launcher use the "spawn" start method rather than "fork"?
-#   a) a spawned process starts faster than a forked one
+# Q1 (choice). Why are ranks started with "spawn" or from a fork server, never forked from the launcher?
+#   a) a child forked from the launcher starts slower
 #   b) a forked child cannot import torch a second time
-#   c) a fresh interpreter inherits no CUDA or ZMQ state
-#   d) spawned processes share the parent's memory pages
+#   c) the child then inherits none of the launcher's CUDA, thread-pool or ZMQ state
+#   d) such children share the launcher's memory pages
 Q1 = None
 
 # Q2 (number). In mini-SGLang's launcher (server/launch.py at commit 20fcd7f), with num_tokenizers = 2,

@@ -17,6 +17,7 @@ from minisgl.distributed import DistributedInfo
 from minisgl.engine.precision import resolve_precision
 from minisgl.message import GenerateRequest, TokenOutput
 from minisgl.models.config import ModelConfig
+from minisgl.process.start import start_child_server
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.data_parallel import pick_replica
 from minisgl.scheduler.process import check_pipeline, check_ranks_fit_machine
@@ -72,6 +73,9 @@ class LLM:
         check_ranks_fit_machine(tp_size, device, dp_size, pp_size=pp_size)
         if trace is not None:
             check_trace_dir(trace)
+        in_process = tp_size == 1 and dp_size == 1 and pp_size == 1
+        if not in_process:
+            start_child_server()  # its imports overlap our tokenizer load and precision choice below
         self.tokenizer = _load_tokenizer(self.model_path)
         config = SchedulerConfig(model_path=self.model_path, tp_info=DistributedInfo(0, tp_size),
                                  pp_info=DistributedInfo(0, pp_size), device=device, dtype=dtype, dp_size=dp_size,
@@ -80,7 +84,6 @@ class LLM:
         self.config = config = resolve_precision(config)
         if trace is not None:
             TRACE.start(trace, "minisgl-llm")  # before the backend: at tp = 1 the engine's start-up is ours
-        in_process = tp_size == 1 and dp_size == 1 and pp_size == 1
         try:
             self._backend = InProcessBackend(config) if in_process else MultiProcessBackend(config, dp_policy)
         except BaseException:

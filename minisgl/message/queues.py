@@ -31,6 +31,9 @@ class _Queue:
         if bind:
             self.socket.bind(addr)
         else:
+            # a writer may connect before its reader has bound (processes forked from the fork server
+            # start within milliseconds of each other): retry every 10 ms, not ZMQ's default 100 ms
+            self.socket.setsockopt(zmq.RECONNECT_IVL, 10)
             self.socket.connect(addr)
 
     def close(self, linger_ms: int = 0) -> None:

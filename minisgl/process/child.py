@@ -1,6 +1,6 @@
 """The child side of a `ChildGroup` (chapter 02): the one routine every child process starts with.
 
-`child_main` is the spawn target of every child (scheduler ranks, tokenizer workers, the
+`child_main` is the target every child is started with (scheduler ranks, tokenizer workers, the
 detokenizer). It makes the process a well-behaved child, then runs the child's body
 `target(*args, ready)`. The body builds what it needs and calls `ready(detail)` once it can serve;
 from then on it serves until it is stopped.
@@ -18,10 +18,11 @@ however it ends: after its body returns or fails, and on the SIGTERM a launcher 
 from __future__ import annotations
 
 import logging
+import multiprocessing as mp
+import multiprocessing.connection
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
 from multiprocessing.queues import Queue
 from pathlib import Path
@@ -29,14 +30,19 @@ from typing import Any
 
 from minisgl.trace import TRACE
 
+from .start import ReceivedState
+
 Ready = Callable[..., None]  # ready(detail: str = ""): the body is up and serving
 
 
 def child_main(
-    name: str, acks: Queue, target: Callable[..., None], args: tuple[Any, ...], trace_dir: Path | None = None
+    name: str, launcher: ReceivedState, acks: Queue, target: Callable[..., None], args: tuple[Any, ...],
+    trace_dir: Path | None = None,
 ) -> None:
-    """Become child `name`, run `target(*args, ready)`, and report how start-up went on `acks`;
-    with a `trace_dir`, trace it all into that folder."""
+    """Take the `launcher`'s environment and output (a `LauncherState`, `start.py`), become child
+    `name`, run `target(*args, ready)`, and report how start-up went on `acks`; with a `trace_dir`,
+    trace it all into that folder."""
+    launcher.adopt()
     become_child(name)
     if trace_dir is not None:
         trace_until_exit(trace_dir, name)
@@ -81,16 +87,20 @@ def become_child(name: str) -> None:
     the whole process group; the launcher stops us), and exit if the launcher dies."""
     logging.basicConfig(level=os.environ.get("MINISGL_LOG_LEVEL", "WARNING"), format=f"[{name}] %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    exit_when_parent_dies()
+    exit_when_launcher_dies()
 
 
-def exit_when_parent_dies() -> None:
-    """No orphans: if the launching process disappears (even by kill -9), this process exits too."""
-    parent = os.getppid()
+def exit_when_launcher_dies() -> None:
+    """No orphans: if the launching process disappears (even by kill -9), this process exits too.
+
+    multiprocessing hands every child a sentinel of the process that started it, a pipe the OS
+    closes when that process is gone. It is the launcher's, not our parent's: our parent is the fork
+    server (`start.py`), which in turn stays up as long as any child it forked does."""
+    launcher = mp.parent_process()
+    assert launcher is not None, "child_main runs in a process started by multiprocessing"
 
     def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
+        mp.connection.wait([launcher.sentinel])
         os._exit(1)
 
-    threading.Thread(target=watch, daemon=True, name="parent-watchdog").start()
+    threading.Thread(target=watch, daemon=True, name="launcher-watchdog").start()

@@ -29,6 +29,7 @@ from typing import Any
 from .child import child_main
 from .errors import ChildDied, LaunchError, NodeLost
 from .nodes import STOP, read_link
+from .start import LauncherState, child_context
 
 logger = logging.getLogger("minisgl")
 
@@ -44,7 +45,7 @@ class ChildGroup:
     def __init__(self, trace_dir: str | Path | None = None) -> None:
         check_main_is_importable()
         self.trace_dir = Path(trace_dir) if trace_dir is not None else None
-        self._ctx = mp.get_context("spawn")  # fresh interpreters: no forked torch, CUDA or ZMQ state
+        self._ctx = child_context()  # forked from a clean server: no torch threads, CUDA or ZMQ state of ours
         self._acks: mp.Queue = self._ctx.Queue()  # ("ready" | "error", child name, detail)
         self.children: dict[str, BaseProcess] = {}  # name -> process, in start order
         self.ipc_dir = make_ipc_dir()
@@ -56,8 +57,8 @@ class ChildGroup:
     def spawn(self, name: str, target: Callable[..., None], *args: Any) -> BaseProcess:
         """Start child `name` running `target(*args, ready)` (see `child_main`); `target` must be a
         module-level function, because a spawned child imports it by name."""
-        process = self._ctx.Process(target=child_main, args=(name, self._acks, target, args, self.trace_dir), name=name,
-                                    daemon=False)
+        process = self._ctx.Process(target=child_main, name=name, daemon=False,
+                                    args=(name, LauncherState(), self._acks, target, args, self.trace_dir))
         process.start()
         self.children[name] = process
         return process

@@ -8,10 +8,14 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    from minisgl.process.start import start_child_server
+
     from .args import parse_args
+
+    args = parse_args(argv)  # --help and malformed flags end here, before any process starts
+    start_child_server()  # its imports of torch & co. overlap ours below
     from .launch import launch_server
 
-    args = parse_args(argv)
     level = args.log_level.upper()
     os.environ["MINISGL_LOG_LEVEL"] = level  # children read it when they set up their logging
     logging.basicConfig(level=level, format="[minisgl] %(message)s")

@@ -1,4 +1,4 @@
-"""Run a function on N real ranks (spawned processes joined in a gloo group) and collect results.
+"""Run a function on N real ranks (child processes joined in a gloo group) and collect results.
 
 Used by the engine's tests, the chapter notebooks (chapters 01-09) and the exercise grader: every
 call gets its own rendezvous file (no port that a parallel test could take) and a timeout, and a
@@ -23,14 +23,16 @@ import torch.distributed as dist
 
 from minisgl.distributed import barrier, destroy_distributed, enable_torch_distributed, set_tp_info
 from minisgl.distributed.rendezvous import file_init_method, rendezvous
+from minisgl.process.start import LauncherState, ReceivedState, child_context
 
 
 class RankFailed(RuntimeError):
     """A rank raised, died, or ran out of time; the message names the rank."""
 
 
-def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, init_method: str, results: mp.Queue,
-               args: tuple) -> None:
+def _rank_main(launcher: ReceivedState, fn: Callable[..., Any], rank: int, world_size: int, init_method: str,
+               results: mp.Queue, args: tuple) -> None:
+    launcher.adopt()  # the caller's environment and output (minisgl/process/start.py)
     try:
         torch.set_num_threads(1)
         timeout = timedelta(seconds=60)
@@ -51,15 +53,15 @@ def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, init_method: 
 def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 120.0) -> list[Any]:
     """Call `fn(rank, world_size, *args)` on `world_size` gloo ranks; return results in rank order.
 
-    `fn` must be importable (defined at module level) because ranks are spawned. Raises
+    `fn` must be importable (defined at module level): each rank imports it by name. Raises
     `RankFailed` naming the first rank that raised, died, or exceeded `timeout_s`.
     """
-    ctx = mp.get_context("spawn")
+    ctx = child_context()
     results: mp.Queue = ctx.Queue()
     store_dir = tempfile.mkdtemp(prefix="minisgl-ranks-")
     procs = [
-        ctx.Process(target=_rank_main, args=(fn, rank, world_size, file_init_method(store_dir), results, args),
-                    daemon=True)
+        ctx.Process(target=_rank_main, daemon=True,
+                    args=(LauncherState(), fn, rank, world_size, file_init_method(store_dir), results, args))
         for rank in range(world_size)
     ]
     for proc in procs:
