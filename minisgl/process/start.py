@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import tempfile
 from multiprocessing import forkserver, reduction
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -61,6 +62,7 @@ class ReceivedState:
         """Become what a spawned child of the launcher would be: its environment, its stdout/stderr."""
         os.environ.clear()
         os.environ.update(self.environ)
+        tempfile.tempdir = None  # the server may have cached its own TMPDIR's answer (Python 3.12 does)
         for target, received in zip((1, 2), self._stdio):
             fd = received.detach()
             os.dup2(fd, target)
