@@ -56,7 +56,7 @@ class ChildGroup:
 
     def spawn(self, name: str, target: Callable[..., None], *args: Any) -> BaseProcess:
         """Start child `name` running `target(*args, ready)` (see `child_main`); `target` must be a
-        module-level function, because a spawned child imports it by name."""
+        module-level function, because the child imports it by name."""
         process = self._ctx.Process(target=child_main, name=name, daemon=False,
                                     args=(name, LauncherState(), self._acks, target, args, self.trace_dir))
         process.start()
