@@ -40,6 +40,14 @@ def _never_ready(ready: Ready) -> None:
     time.sleep(60)
 
 
+def _send_before_anyone_listens(addr: str, done_path: str, ready: Ready) -> None:
+    ready()
+    outbox = PushQueue(addr)  # nobody has bound `addr` yet: the message waits in this process
+    outbox.put(AbortRequest(7))
+    outbox.close(linger_ms=30_000)  # it may wait up to 30 s for a reader
+    open(done_path, "w").close()  # the body returns now; the reader binds only after this
+
+
 LAUNCHER_STATE = "as imported"  # a test changes it in the launcher; a child must not see the change
 
 
@@ -123,6 +131,30 @@ def test_a_child_takes_the_launchers_environment_and_output_of_now_but_none_of_i
     assert report["tmp"] == str(tmp_path)
     assert report["state"] == "as imported"  # a fresh import, not a copy of this process
     assert "a line from the child" in err_path.read_text()
+
+
+def test_what_a_child_sent_last_arrives_although_its_body_returned_before_a_reader_listened(tmp_path) -> None:
+    """A child forked from the fork server ends with os._exit, skipping the interpreter's exit that
+    would wait for ZMQ's lingering messages; `child_main` must wait itself (the DP controller's
+    forwarded ShutdownRequest was lost 3 times in 10 without it)."""
+    addr, done = f"ipc://{tmp_path}/inbox", tmp_path / "body-returned"
+    group = ChildGroup()
+    try:
+        group.spawn("minisgl-sender", _send_before_anyone_listens, addr, str(done))
+        group.wait_ready(60)
+        deadline = time.monotonic() + 60
+        while not done.exists():
+            assert time.monotonic() < deadline, "the child's body never returned"
+            time.sleep(0.01)
+        inbox = PullQueue(addr)
+        try:
+            assert [m.uid for m in inbox.get_all(wait_ms=30_000)] == [7]
+        finally:
+            inbox.close()
+        group.processes[0].join(30)
+        assert group.processes[0].exitcode == 0
+    finally:
+        group.stop()
 
 
 def test_the_child_killed_by_a_signal_is_the_one_named() -> None:

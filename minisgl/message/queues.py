@@ -4,7 +4,8 @@ No other file creates a ZMQ socket. One rule decides who binds: the one reader o
 its address, every writer connects to it (PULL and SUB read; PUSH and PUB write). Sends never
 block: a PUSH queue has no high-water mark, because the senders bound their own backlog (the API
 caps the requests in flight). Closing drops unsent messages unless the caller asks to wait
-(`close(linger_ms=...)`), so a dead peer never blocks an exit.
+(`close(linger_ms=...)`), so a dead peer never blocks an exit; a child process calls
+`send_what_is_left` as it ends, so that such a wait happens at all.
 
 - `PushQueue` / `PullQueue`: many writers, one reader (requests to rank 0, outputs to the
   detokenizer, ...); `AsyncPullQueue` is the API's reader inside its event loop;
@@ -20,6 +21,13 @@ import zmq
 import zmq.asyncio
 
 from .messages import decode_message, encode_message
+
+
+def send_what_is_left() -> None:
+    """Close this process's sockets and wait, at most each one's linger, until what they still hold
+    has left. An interpreter's exit does this; a child forked from the fork server ends with
+    `os._exit` instead, which would drop, say, the ShutdownRequest the DP controller forwards last."""
+    zmq.Context.instance().destroy()  # (linger: each socket's own; ours are 0 unless closed with more)
 
 
 class _Queue:

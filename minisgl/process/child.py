@@ -28,6 +28,7 @@ from multiprocessing.queues import Queue
 from pathlib import Path
 from typing import Any
 
+from minisgl.message.queues import send_what_is_left
 from minisgl.trace import TRACE
 
 from .start import ReceivedState
@@ -67,6 +68,7 @@ def child_main(
         raise SystemExit(1) from None
     finally:
         TRACE.save()  # (nothing when not tracing)
+        send_what_is_left()  # a forked child skips the interpreter's exit, which would do it
 
 
 def trace_until_exit(trace_dir: Path, name: str) -> None:
