@@ -17,6 +17,8 @@ has now. A spawned child would get two things from its launcher at the moment it
   descriptors passed over the server's Unix socket.
 Libraries read at import time by the preloaded modules are the one thing this cannot redo, so only
 third-party libraries are preloaded, never minisgl's own modules (some read the environment).
+A forked child also ends differently, with `os._exit` instead of the interpreter's exit, so
+`child_main` sends what ZMQ still holds itself (`send_what_is_left` in minisgl/message/queues.py).
 """
 
 from __future__ import annotations
@@ -72,5 +74,5 @@ class ReceivedState:
 def start_child_server() -> None:
     """Start the fork server now, so that its imports overlap whatever the launcher does before its
     first child (a server imports its web stack and checks its arguments meanwhile)."""
-    child_context()
+    child_context()  # sets the preload list the server reads as it starts
     forkserver.ensure_running()
