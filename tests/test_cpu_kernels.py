@@ -1,5 +1,5 @@
 """minisgl's compiled CPU kernels (minisgl/kernel/cpu): the build and its cache, the portable C
-path against the AVX2 one, what happens without a compiler, and the fused elementwise and
+path against the AVX2 one (matrix-vector and matrix-matrix), what happens without a compiler, and the fused elementwise and
 decode-attention functions against the torch code they replace. The quantized products against
 their dequantized weights are tested in tests/test_quantization.py."""
 
@@ -74,6 +74,14 @@ def test_the_portable_path_computes_what_the_avx2_path_does(fresh_cache: Path) -
         codes8 = torch.randint(-127, 128, (33, 96), dtype=torch.int8)
         torch.testing.assert_close(portable.q8_0(codes8, scale, x), avx2.q8_0(codes8, scale, x), rtol=1e-5,
                                    atol=1e-4)
+    for rows in (9, 16, 17, 40):  # the matrix-matrix kernels: one panel of 16 rows, a partial one, several
+        codes, scale, minimum = random_q4(33, 96, seed=rows)  # 33 outputs: five tiles of 6 weight rows and one of 3
+        x = torch.randn(rows, 96, generator=torch.Generator().manual_seed(8))
+        torch.testing.assert_close(portable.q4_1(codes, scale, minimum, x, gemm=True),
+                                   avx2.q4_1(codes, scale, minimum, x, gemm=True), rtol=1e-5, atol=1e-5)
+        codes8 = torch.randint(-127, 128, (33, 96), dtype=torch.int8)
+        torch.testing.assert_close(portable.q8_0(codes8, scale, x, gemm=True), avx2.q8_0(codes8, scale, x, gemm=True),
+                                   rtol=1e-5, atol=1e-4)
 
 
 def test_no_compiler_is_a_clear_error_and_a_logged_fallback(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch,
@@ -121,8 +129,10 @@ def test_the_kernels_use_the_threads_torch_is_given() -> None:
     try:
         torch.set_num_threads(1)
         one = kernels.q4_1(codes, scale, minimum, x)
+        one_gemm = kernels.q4_1(codes, scale, minimum, x, gemm=True)
         torch.set_num_threads(max(2, os.cpu_count() or 2))
         assert torch.equal(kernels.q4_1(codes, scale, minimum, x), one)  # rows split over threads, same sums
+        assert torch.equal(kernels.q4_1(codes, scale, minimum, x, gemm=True), one_gemm)  # tiles split, same sums
     finally:
         torch.set_num_threads(before)
 

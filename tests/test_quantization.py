@@ -86,15 +86,26 @@ def test_each_kernel_family_gets_its_own_layout(kernels: str) -> None:
     assert (type(int4), type(int8)) == expected
 
 
+def fp32_gemm_bound(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """|x @ W.T - y| allowed for minisgl's matrix-matrix kernels [rows, out]: fp32 activations, each
+    weight dequantized with one rounding, and a sum of `in` products in fp32 (at most `in` + 2
+    roundings of unit 2^-24 on sum |x w|)."""
+    return (x.shape[1] + 2) * 2.0**-24 * (x.double().abs() @ weight.double().abs().T)
+
+
+@pytest.mark.parametrize("rows", [5, 9, 37])  # the matrix-vector kernel (up to 8 rows), then the matrix-matrix one
 @pytest.mark.parametrize("group_size", [32, 64])
-def test_int4_matmul_is_the_dequantized_matmul_within_its_rounding(kernels: str, group_size: int) -> None:
+def test_int4_matmul_is_the_dequantized_matmul_within_its_rounding(kernels: str, group_size: int, rows: int) -> None:
     if kernels == "minisgl" and group_size != 32:
         pytest.skip("minisgl's kernel reads GGUF blocks of 32; other group sizes take PyTorch's")
-    weight = random_int4(96, 256, group_size)
-    x = torch.randn(5, 256, generator=torch.Generator().manual_seed(1))
+    # minisgl's: 97 outputs, a partial tile of weight rows in its matrix-matrix kernel; PyTorch's takes multiples of 16
+    weight = random_int4(97 if kernels == "minisgl" else 96, 256, group_size)
+    x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(1))
     got = weight.pack(torch.float32, None).matmul(x)
     reference = x.double() @ weight.dequantize().double().T
-    if kernels == "minisgl":
+    if kernels == "minisgl" and rows > quantized.GEMV_MAX_ROWS:
+        bound = fp32_gemm_bound(x, weight.dequantize())
+    elif kernels == "minisgl":
         bound = int16_activation_bound(x, weight.dequantize())
     else:
         # PyTorch's kernel rounds x, the scale and the zero (minimum + 8 * scale) to bf16, accumulates
@@ -132,13 +143,16 @@ def test_int8_head_is_its_q8_0_weight_within_its_rounding(kernels: str) -> None:
     scale_rounding = 0 if kernels == "minisgl" else 127 * BF16_UNIT_ROUNDOFF
     assert ((values - weight.double()).abs() <= (0.5 + scale_rounding) * 1.01 * step).all()
     assert packed.dense is None
-    x = torch.randn(6, 64, generator=generator)
-    got, reference = packed.matmul(x).double(), x.double() @ values.T
-    if kernels == "minisgl":
-        bound = int16_activation_bound(x, values)
-    else:  # bf16 activations (u |x| per term) and each group's bf16 output (u |partial|): at most 2u sum |x w|
-        bound = 2 * BF16_UNIT_ROUNDOFF * (x.double().abs() @ values.abs().T) * 1.01
-    assert ((got - reference).abs() <= bound).all()
+    for rows in (6, 19):  # the matrix-vector kernel, then (minisgl) the matrix-matrix one
+        x = torch.randn(rows, 64, generator=generator)
+        got, reference = packed.matmul(x).double(), x.double() @ values.T
+        if kernels == "minisgl" and rows > quantized.GEMV_MAX_ROWS:
+            bound = fp32_gemm_bound(x, values)
+        elif kernels == "minisgl":
+            bound = int16_activation_bound(x, values)
+        else:  # bf16 activations (u |x| per term) and each group's bf16 output (u |partial|): at most 2u sum |x w|
+            bound = 2 * BF16_UNIT_ROUNDOFF * (x.double().abs() @ values.abs().T) * 1.01
+        assert ((got - reference).abs() <= bound).all(), rows
     with pytest.raises(ValueError, match="whole groups of 32 inputs"):
         quantize_q8_0(torch.randn(8, 48), None, keep_dense=False)
 
@@ -161,17 +175,49 @@ def test_int8_head_gets_back_the_gguf_q8_0_codes(kernels: str, gguf_model) -> No
         assert torch.equal(packed.scale, scale.T.to(torch.bfloat16))
 
 
-@pytest.mark.parametrize("kind", ["int4", "int8"])
-def test_quantized_kernels_compute_each_row_on_its_own(kernels: str, kind: str) -> None:
-    # what --deterministic relies on when it keeps these kernels for every batch size; 37 rows also
-    # cross minisgl's 8-row chunks
+def pack_random(kind: str, batch_invariant: bool) -> PackedWeight:
     weight = random_int4(64, 256)
-    packed = (weight.pack(torch.float32, None) if kind == "int4"
-              else quantize_q8_0(weight.dequantize(), None, keep_dense=False))
+    if kind == "int4":
+        return weight.pack(torch.float32, None, batch_invariant)
+    return quantize_q8_0(weight.dequantize(), None, keep_dense=False, batch_invariant=batch_invariant)
+
+
+@pytest.mark.parametrize("kind", ["int4", "int8"])
+def test_batch_invariant_kernels_compute_each_row_on_its_own(kernels: str, kind: str) -> None:
+    # what --deterministic relies on: one kernel for every batch size, so a row alone gives what it
+    # gives in a batch of 37 (which also crosses minisgl's 8-row chunks)
+    packed = pack_random(kind, batch_invariant=True)
     x = torch.randn(37, 256, generator=torch.Generator().manual_seed(4))
     batched = packed.matmul(x)
     for i in (0, 3, 4, 8, 9, 36):
         assert torch.equal(packed.matmul(x[i : i + 1])[0], batched[i]), i
+
+
+@pytest.mark.parametrize("kind", ["int4", "int8"])
+def test_above_a_few_rows_the_matrix_matrix_kernel_takes_over(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    if quantized.cpu_kernels() is None:
+        pytest.skip("minisgl's CPU kernels could not be built here (no C compiler?): the log says why")
+    kernels, calls = quantized.cpu_kernels(), []
+    name = "q4_1" if kind == "int4" else "q8_0"
+    original = getattr(kernels, name)
+
+    def spy(*args, gemm: bool = False):
+        calls.append(gemm)
+        return original(*args, gemm=gemm)
+
+    monkeypatch.setattr(kernels, name, spy)
+    rows = quantized.GEMV_MAX_ROWS
+    x = torch.randn(3 * rows + 1, 256, generator=torch.Generator().manual_seed(5))
+    packed = pack_random(kind, batch_invariant=False)
+    few, many = packed.matmul(x[:rows]), packed.matmul(x)
+    assert calls == [False, True]
+    # each kernel still computes every row on its own: the same rows in a batch of 9 and of 25
+    assert torch.equal(packed.matmul(x[: rows + 1]), many[: rows + 1])
+    # the two kernels round differently (16-bit activations in one): close, not equal
+    torch.testing.assert_close(few, many[:rows], rtol=1e-3, atol=1e-3)
+    calls.clear()
+    pack_random(kind, batch_invariant=True).matmul(x)
+    assert calls == [False]  # --deterministic: the matrix-vector kernel whatever the batch
 
 
 def test_batches_above_max_quantized_rows_take_the_dense_copy(kernels: str) -> None:

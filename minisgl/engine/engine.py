@@ -209,6 +209,7 @@ class Engine:
                 self.model_path, self.model_config, tp.rank, tp.size, self.dtype, self.device,
                 progress=self.config.progress and self.config.world_rank == 0, keep=keep,
                 quantization=self.config.quantization, max_quantized_rows=self.config.max_quantized_rows,
+                batch_invariant=self.config.deterministic,
             )
         for name, tensor in loaded:
             self.model.set_weight(name, tensor)

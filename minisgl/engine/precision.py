@@ -36,12 +36,13 @@ from .config import EngineConfig
 
 PROBE_ROWS = (1, 2, 4, 8, 16, 32)  # batch sizes (rows per matmul) the probe times
 SCORE_ROWS = (1, 32)  # a single chat and a busy batch weigh equally in the choice
+EVERY_BATCH = 1 << 30  # a candidate's "quantized up to this many rows" when it wins at every probed size
 PROBE_BYTES = 64 << 20  # fp32 layer weights the probe streams per pass: more than most CPU caches hold
 SAMPLES = 3  # the median of 3 passes, so one noisy pass (another process waking up) cannot decide
 MIN_CPU_SHARE = 0.75  # below it the probe shared its cores with other work: its result is not cached
 GIVE_UP_FACTOR = 3.0  # one pass this much slower than the best variant so far is enough to rule it out
 DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-PROBE_VERSION = 5  # bump when the measurement (or a kernel it times) changes, so old results are not reused
+PROBE_VERSION = 6  # bump when the measurement (or a kernel it times) changes, so old results are not reused
 
 logger = logging.getLogger(__name__)
 
@@ -131,8 +132,9 @@ def _resolve(config: EngineConfig, device: str, quantization: str) -> EngineConf
 def choose_precision(probe: ProbeResult, dtype: str | None = None, allow_quantized: bool = True) -> Precision:
     """The variant whose decode step is fastest on geometric average over `SCORE_ROWS`, each batch
     size measured relative to its best variant. Quantized weights serve the batch sizes where they
-    beat the dense weights (few rows: memory-bound), dense weights the rest (compute-bound)."""
-    candidates: list[tuple[str, int | None]] = []
+    beat the dense weights (few rows: memory-bound), dense weights the rest; quantized weights that
+    win at every probed size serve every batch, and the model keeps no dense copy."""
+    candidates: list[tuple[str, int | None]] = []  # (dtype, quantized up to this many rows; None: dense)
     for name in [dtype] if dtype else list(DTYPE_NAMES):
         candidates.append((name, None))
         wins_up_to = None  # the quantized kernels serve batches up to the first size where they lose
@@ -141,7 +143,7 @@ def choose_precision(probe: ProbeResult, dtype: str | None = None, allow_quantiz
                 break
             wins_up_to = rows
         if allow_quantized and wins_up_to is not None:
-            candidates.append((name, wins_up_to))
+            candidates.append((name, EVERY_BATCH if wins_up_to == PROBE_ROWS[-1] else wins_up_to))
     best = {rows: min(probe.step_ms(n, r, rows) for n, r in candidates) for rows in SCORE_ROWS}
 
     def score(candidate: tuple[str, int | None]) -> float:
@@ -149,11 +151,13 @@ def choose_precision(probe: ProbeResult, dtype: str | None = None, allow_quantiz
         return math.prod(ratios) ** (1 / len(ratios))
 
     name, quantized_rows = min(candidates, key=score)  # ties keep the first: dense fp32 before the rest
-    steps = ", ".join(f"{n}{'' if r is None else f'+gguf<={r}'} "
+    steps = ", ".join(f"{n}{'' if r is None else '+gguf' if r == EVERY_BATCH else f'+gguf<={r}'} "
                       + "/".join(f"{probe.step_ms(n, r, rows):.1f}" for rows in SCORE_ROWS)
                       for n, r in candidates)
     why = f"ms per decode step at batch {'/'.join(map(str, SCORE_ROWS))}: {steps}"
-    return Precision(name, "none" if quantized_rows is None else "gguf", quantized_rows, why)
+    if quantized_rows is None:
+        return Precision(name, "none", None, why)
+    return Precision(name, "gguf", None if quantized_rows == EVERY_BATCH else quantized_rows, why)
 
 
 def describe(precision: Precision) -> str:
@@ -161,6 +165,8 @@ def describe(precision: Precision) -> str:
     if precision.quantization == "none":
         prepacked = precision.dtype == "float32" and prepacking_available()
         return f"{precision.dtype} weights{' (prepacked for oneDNN)' if prepacked else ''}"
+    if precision.max_quantized_rows is None:
+        return f"the GGUF's 4-/8-bit weights for every batch, {precision.dtype} activations"
     return (f"{precision.dtype} weights, the GGUF's 4-/8-bit weights for batches of <= "
             f"{precision.max_quantized_rows} rows")
 

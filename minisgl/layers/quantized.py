@@ -26,8 +26,11 @@ row, so `PackedInt8Weight` calls it once per block column and adds the partial r
 scales in bf16). It serves the LM head's matmul; lookups keep reading the dense table.
 
 Both forms stream 4 to 8 bits per weight instead of 32 or 16, which is what a decode step of a few
-rows waits for. Neither is faster at arithmetic than a float GEMM, so above `max_quantized_rows`
-rows, where arithmetic decides, the same weights run from a dense copy.
+rows waits for. Above `GEMV_MAX_ROWS` rows arithmetic decides instead: minisgl's blocks then go to
+its matrix-matrix kernels (quant_gemm.c: a tile of weights dequantized once, then fp32 FMAs), which
+in a decode step, whose weights come from memory rather than cache, beat oneDNN's fp32 GEMM on the
+dense weights. PyTorch's int4 / int8 kernels do not, so with them (or wherever `dtype="auto"`'s
+probe finds dense weights faster) batches above `max_quantized_rows` rows run from a dense copy.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ KERNEL_OUT_MULTIPLE = 16  # the kernel packs output rows in tiles of 16 (AVX2) o
 INT8_GROUP_SIZE = BLOCK  # inputs per scale of an int8 weight: Q8_0's block of 32 (PyTorch's kernel also
 # needs a multiple of 16: it reads 16 inputs per aligned load on AVX-512, and other sizes crash it)
 INT8_MAX_CODE = 127  # symmetric codes -127..127
+# Rows up to which minisgl's matrix-vector kernels beat its matrix-matrix ones (30 SmolLM2 layers on
+# 2 AVX2 cores, weights from memory: 8 rows 40.7 vs 38.9 ms, 12 rows 53.8 vs 37.7, 4 rows 25 vs 52)
+GEMV_MAX_ROWS = 8
 
 
 @dataclass
@@ -96,10 +102,12 @@ class Int4Weight:
         minimum = self.minimum.repeat_interleave(self.group_size, dim=1)
         return self.codes.float() * scale + minimum
 
-    def pack(self, dtype: torch.dtype, max_quantized_rows: int | None) -> PackedWeight:
+    def pack(self, dtype: torch.dtype, max_quantized_rows: int | None, batch_invariant: bool = False) -> PackedWeight:
         """The kernel's form, plus a dense copy in `dtype` for batches above `max_quantized_rows` rows
         (None: the quantized kernel takes every batch, no dense copy): minisgl's own kernel for GGUF
-        blocks of 32 where it could be built for this CPU, else PyTorch's. Fails with the reason
+        blocks of 32 where it could be built for this CPU, else PyTorch's. `batch_invariant`
+        (--deterministic): minisgl's matrix-vector kernel for every batch size, never a switch of
+        kernels that would make a row's result depend on its batch's size. Fails with the reason
         when the kernel cannot take this shape."""
         out_features, in_features = self.shape
         if in_features % self.group_size:
@@ -111,7 +119,7 @@ class Int4Weight:
         halves = self.codes.reshape(out_features, -1, 2, BLOCK // 2)  # [out, blocks, 2, 16]
         packed = (halves[:, :, 0] | (halves[:, :, 1] << 4)).reshape(out_features, -1)  # [out, in / 2]
         return BlockQ4Weight(self.shape, dense, max_quantized_rows, packed.contiguous(),
-                             self.scale.float().contiguous(), self.minimum.float().contiguous())
+                             self.scale.float().contiguous(), self.minimum.float().contiguous(), batch_invariant)
 
     def _pack_for_torch(self, dtype: torch.dtype, max_quantized_rows: int | None) -> PackedInt4Weight:
         """The layout of PyTorch's int4 CPU kernel (`_weight_int4pack_mm_for_cpu`)."""
@@ -142,9 +150,9 @@ class PackedWeight:
     max_quantized_rows: int | None  # None: the quantized kernel takes every batch
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
-        """x [tokens, in] @ W.T -> [tokens, out], in x's dtype: the quantized kernel up to
-        `max_quantized_rows` rows, the dense weight above. Each row is computed on its own by the
-        quantized kernels, so a row's result never depends on the batch around it."""
+        """x [tokens, in] @ W.T -> [tokens, out], in x's dtype: the quantized kernels up to
+        `max_quantized_rows` rows, the dense weight above. Each quantized kernel computes every row
+        on its own, so within one kernel a row's result never depends on the batch around it."""
         if self.max_quantized_rows is not None and x.shape[0] > self.max_quantized_rows:
             return self.dense.matmul(x) if isinstance(self.dense, PackedWeight) else F.linear(x, self.dense)
         return self._kernel(x).to(x.dtype)
@@ -177,15 +185,17 @@ class PackedInt4Weight(PackedWeight):
 
 @dataclass
 class BlockQ4Weight(PackedWeight):
-    """A 4-bit linear weight in GGUF's Q4_1 blocks, multiplied by minisgl's kernel (kernel/cpu):
+    """A 4-bit linear weight in GGUF's Q4_1 blocks, multiplied by minisgl's kernels (kernel/cpu):
     0.5 bytes per weight plus 8 bytes per block of 32 (an fp32 scale and minimum)."""
 
     codes: torch.Tensor  # [out, in / 2] uint8: per block, byte j holds code j (low nibble), 16 + j (high)
     scale: torch.Tensor  # [out, in / 32] float32
     minimum: torch.Tensor  # [out, in / 32] float32
+    batch_invariant: bool  # the matrix-vector kernel for every batch (see Int4Weight.pack)
 
     def _kernel(self, x: torch.Tensor) -> torch.Tensor:
-        return cpu_kernels().q4_1(self.codes, self.scale, self.minimum, x)
+        gemm = x.shape[0] > GEMV_MAX_ROWS and not self.batch_invariant
+        return cpu_kernels().q4_1(self.codes, self.scale, self.minimum, x, gemm=gemm)
 
     @property
     def kernel_bytes(self) -> int:
@@ -194,13 +204,15 @@ class BlockQ4Weight(PackedWeight):
 
 @dataclass
 class BlockQ8Weight(PackedWeight):
-    """An 8-bit weight in GGUF's Q8_0 blocks, multiplied by minisgl's kernel (kernel/cpu)."""
+    """An 8-bit weight in GGUF's Q8_0 blocks, multiplied by minisgl's kernels (kernel/cpu)."""
 
     codes: torch.Tensor  # [out, in] int8, -127..127
     scale: torch.Tensor  # [out, in / 32] float32: W[n, k] = codes[n, k] * scale[n, k // 32]
+    batch_invariant: bool  # the matrix-vector kernel for every batch (see Int4Weight.pack)
 
     def _kernel(self, x: torch.Tensor) -> torch.Tensor:
-        return cpu_kernels().q8_0(self.codes, self.scale, x)
+        gemm = x.shape[0] > GEMV_MAX_ROWS and not self.batch_invariant
+        return cpu_kernels().q8_0(self.codes, self.scale, x, gemm=gemm)
 
     @property
     def kernel_bytes(self) -> int:
@@ -230,11 +242,12 @@ class PackedInt8Weight(PackedWeight):
         return self.codes.nbytes + self.scale.nbytes
 
 
-def quantize_q8_0(weight: torch.Tensor, max_quantized_rows: int | None, keep_dense: bool) -> PackedWeight:
+def quantize_q8_0(weight: torch.Tensor, max_quantized_rows: int | None, keep_dense: bool,
+                  batch_invariant: bool = False) -> PackedWeight:
     """Round `weight` [out, in] to 8 bits by Q8_0's rule (a Q8_0 weight gets its own codes back),
-    for minisgl's kernel where it could be built, else PyTorch's. The dense weight is kept for
+    for minisgl's kernels where they could be built, else PyTorch's. The dense weight is kept for
     batches above `max_quantized_rows` rows, or always with `keep_dense` (a tied embedding looks
-    rows up in it)."""
+    rows up in it); `batch_invariant` as for `Int4Weight.pack`."""
     out_features, in_features = weight.shape
     if in_features % INT8_GROUP_SIZE:
         raise ValueError(f"the int8 LM head needs whole groups of {INT8_GROUP_SIZE} inputs, "
@@ -245,7 +258,7 @@ def quantize_q8_0(weight: torch.Tensor, max_quantized_rows: int | None, keep_den
     codes = (blocks / divisor[..., None]).round().clamp(-INT8_MAX_CODE, INT8_MAX_CODE).to(torch.int8)
     dense = weight if keep_dense or max_quantized_rows is not None else None
     if cpu_kernels() is not None:
-        return BlockQ8Weight(weight.shape, dense, max_quantized_rows, codes.view(out_features, -1), scale)
+        return BlockQ8Weight(weight.shape, dense, max_quantized_rows, codes.view(out_features, -1), scale, batch_invariant)
     # PyTorch's int8 kernel takes one scale per output row: one call per block column
     return PackedInt8Weight(weight.shape, dense, max_quantized_rows, codes.transpose(0, 1).contiguous(),
                             scale.t().to(torch.bfloat16).contiguous())

@@ -178,6 +178,7 @@ def load_weights(
     keep: Callable[[str], bool] | None = None,
     quantization: str = "none",
     max_quantized_rows: int | None = None,
+    batch_invariant: bool = False,
 ) -> Iterator[tuple[str, Weight]]:
     """Yield (engine weight name, local weight on `device`) for every weight of the checkpoint; with
     `keep`, only of the checkpoint tensors it accepts (a pipeline stage's, chapter 13).
@@ -185,7 +186,8 @@ def load_weights(
     quantization "gguf" reads the checkpoint's GGUF file instead of its safetensors: 4-bit linear
     weights are sharded and merged as `Int4Weight`s, then packed for the CPU int4 kernel, and an LM
     head the GGUF stores block-quantized (SmolLM2's Q8_0) is packed for the int8 kernel; both keep a
-    dense copy for batches above `max_quantized_rows` rows.
+    dense copy for batches above `max_quantized_rows` rows, and with `batch_invariant` (--deterministic)
+    one kernel for every batch size (`Int4Weight.pack`).
     """
     int8_head = None  # the LM head weight's name when it becomes an 8-bit weight
     if quantization == "gguf":
@@ -201,11 +203,12 @@ def load_weights(
                    disable=not progress, leave=False)
     for name, local in _to_local(tensors, config, rank, tp_size, dtype, device):
         if isinstance(local, Int4Weight):
-            yield name, local.pack(dtype, max_quantized_rows)
+            yield name, local.pack(dtype, max_quantized_rows, batch_invariant)
         elif name == int8_head:
             # after sharding: vocab shards hold whole rows, and Q8_0's rule gives back the GGUF's own
             # codes and scales; a tied embedding keeps its dense rows for lookups
-            yield name, quantize_q8_0(local, max_quantized_rows, keep_dense=config.tie_word_embeddings)
+            yield name, quantize_q8_0(local, max_quantized_rows, keep_dense=config.tie_word_embeddings,
+                                      batch_invariant=batch_invariant)
         else:
             yield name, local
 

@@ -1,5 +1,5 @@
-"""minisgl's own CPU kernels, in C: the quantized matrix-vector products of quant_gemv.c (chapter
-04, "Quantized shards") and the fused elementwise and decode-attention work of fused.c (the CPU
+"""minisgl's own CPU kernels, in C: the quantized matrix-vector products of quant_gemv.c and the
+quantized matrix-matrix products of quant_gemm.c (chapter 04, "Quantized shards"), and the fused elementwise and decode-attention work of fused.c (the CPU
 side of chapter 10's fused kernels). They are compiled on first use by this machine's C compiler
 for this very CPU (`-march=native`: AVX2 where it has it) and called through ctypes.
 
@@ -28,7 +28,7 @@ from minisgl.utils import minisgl_cache_dir
 
 from .graph import record_call
 
-SOURCES = [Path(__file__).with_name(name) for name in ("quant_gemv.c", "fused.c")]
+SOURCES = [Path(__file__).with_name(name) for name in ("quant_gemv.c", "quant_gemm.c", "fused.c")]
 COMPILE_FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
 BLOCK = 32  # weights per GGUF block (Q4_0, Q4_1, Q8_0): one scale each
 
@@ -53,6 +53,8 @@ class CpuKernels:
 
         self._q4_1 = entry("q4_1_gemv", *[_POINTER] * 5, *[_INT] * 4)
         self._q8_0 = entry("q8_0_gemv", *[_POINTER] * 4, *[_INT] * 4)
+        self._q4_1_gemm = entry("q4_1_gemm", *[_POINTER] * 5, *[_INT] * 4)
+        self._q8_0_gemm = entry("q8_0_gemm", *[_POINTER] * 4, *[_INT] * 4)
         self._rms_norm = entry("rms_norm", _POINTER, _INT64, _POINTER, _INT64, _POINTER, _FLOAT, _POINTER, _POINTER,
                                _INT, _INT, _INT)
         self._rope = entry("rope", _POINTER, _INT64, _INT, _POINTER, _INT64, _INT, _POINTER, _POINTER, _POINTER,
@@ -62,20 +64,24 @@ class CpuKernels:
         self._decode_attention = entry("decode_attention", _POINTER, _POINTER, _INT64, _POINTER, _INT64,
                                        *[_POINTER] * 4, _INT64, _POINTER, _POINTER, *[_INT] * 4, _FLOAT, _INT)
 
-    def q4_1(self, codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    def q4_1(self, codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, x: torch.Tensor,
+             gemm: bool = False) -> torch.Tensor:
         """x [rows, in] fp32 @ W.T -> [rows, out] fp32, W given as Q4_1 blocks: codes [out, in / 2]
-        uint8 (two per byte, as in GGUF), scale and minimum [out, in / 32] fp32."""
+        uint8 (two per byte, as in GGUF), scale and minimum [out, in / 32] fp32. `gemm`: the
+        matrix-matrix kernel (quant_gemm.c, for more than a few rows), else the matrix-vector one."""
         x, y = _operands(x, codes.shape[0])
-        self._q4_1(codes.data_ptr(), scale.data_ptr(), minimum.data_ptr(), x.data_ptr(), y.data_ptr(),
-                   x.shape[0], codes.shape[0], x.shape[1], torch.get_num_threads())
+        kernel = self._q4_1_gemm if gemm else self._q4_1
+        kernel(codes.data_ptr(), scale.data_ptr(), minimum.data_ptr(), x.data_ptr(), y.data_ptr(),
+               x.shape[0], codes.shape[0], x.shape[1], torch.get_num_threads())
         return y
 
-    def q8_0(self, codes: torch.Tensor, scale: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    def q8_0(self, codes: torch.Tensor, scale: torch.Tensor, x: torch.Tensor, gemm: bool = False) -> torch.Tensor:
         """x [rows, in] fp32 @ W.T -> [rows, out] fp32, W given as Q8_0 blocks: codes [out, in] int8,
-        scale [out, in / 32] fp32."""
+        scale [out, in / 32] fp32; `gemm` as for q4_1."""
         x, y = _operands(x, codes.shape[0])
-        self._q8_0(codes.data_ptr(), scale.data_ptr(), x.data_ptr(), y.data_ptr(),
-                   x.shape[0], codes.shape[0], x.shape[1], torch.get_num_threads())
+        kernel = self._q8_0_gemm if gemm else self._q8_0
+        kernel(codes.data_ptr(), scale.data_ptr(), x.data_ptr(), y.data_ptr(),
+               x.shape[0], codes.shape[0], x.shape[1], torch.get_num_threads())
         return y
 
     def embedding(self, ids: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
