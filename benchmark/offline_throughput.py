@@ -278,7 +278,8 @@ def main() -> None:
         # cpu_threads: the engine runs, and dtype "auto" probes, with --threads threads
         llm = LLM(model_dir, progress=False, cpu_threads=args.threads, **MINISGL_VARIANTS[variant])
         config = llm.config  # what dtype / quantization "auto" resolved to
-        label = variant if variant != "gguf" else f"gguf <={config.max_quantized_rows} rows, {config.dtype}"
+        rows = "every batch" if config.max_quantized_rows is None else f"<={config.max_quantized_rows} rows"
+        label = variant if variant != "gguf" else f"gguf {rows}, {config.dtype}"
         dtype_of[label] = config.dtype
         step_bytes = minisgl_step_bytes(llm)
         run_minisgl(llm, make_prompts(tokenizer, 2, seed=99), 4, False)  # warm-up

@@ -156,38 +156,48 @@ void decode_attention(const float *q, const float *k_new, int64_t k_new_stride, 
         memcpy(k_cache + new_slots[i] * cache_row, k_new + i * k_new_stride, cache_row * sizeof(float));
         memcpy(v_cache + new_slots[i] * cache_row, v_new + i * v_new_stride, cache_row * sizeof(float));
     }
+    /* One task per (request, KV head): each key and value row is read once for all `group` query
+     * heads that share it, not once per query head. */
 #pragma omp parallel for num_threads(threads) schedule(dynamic) collapse(2)
     for (int i = 0; i < reqs; i++) {
-        for (int h = 0; h < q_heads; h++) {
+        for (int g = 0; g < kv_heads; g++) {
             int64_t length = lengths[i];
             const int64_t *request_slots = slots + i * slots_stride;
-            const float *query = q + ((int64_t)i * q_heads + h) * head_dim;
-            int64_t head_offset = (int64_t)(h / group) * head_dim;
-            float *scores = malloc((size_t)length * sizeof(float));
-            float best = -INFINITY;
+            int64_t head_offset = (int64_t)g * head_dim;
+            const float *queries = q + ((int64_t)i * q_heads + (int64_t)g * group) * head_dim; /* [group, d] */
+            float *scores = malloc((size_t)group * length * sizeof(float));                     /* [group, length] */
             for (int64_t t = 0; t < length; t++) {
                 if (t + PREFETCH_KEYS < length)
                     prefetch_row(k_cache + request_slots[t + PREFETCH_KEYS] * cache_row + head_offset, head_dim);
                 const float *key = k_cache + request_slots[t] * cache_row + head_offset;
-                float dot = 0.0f;
+                for (int r = 0; r < group; r++) {
+                    const float *query = queries + (int64_t)r * head_dim;
+                    float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-                for (int j = 0; j < head_dim; j++) dot += query[j] * key[j];
-                scores[t] = dot * scale;
-                best = fmaxf(best, scores[t]);
+                    for (int j = 0; j < head_dim; j++) dot += query[j] * key[j];
+                    scores[r * length + t] = dot * scale;
+                }
             }
-            for (int64_t t = 0; t < length; t++) scores[t] -= best; /* minus the max: no overflow */
-            exp_in_place(scores, length);
-            float total = 0.0f;
-            for (int64_t t = 0; t < length; t++) total += scores[t];
-            float *y = out + ((int64_t)i * q_heads + h) * head_dim;
-            for (int j = 0; j < head_dim; j++) y[j] = 0.0f;
+            float *y = out + ((int64_t)i * q_heads + (int64_t)g * group) * head_dim; /* [group, d] */
+            for (int r = 0; r < group; r++) { /* softmax of each query head's scores */
+                float *row = scores + r * length, best = -INFINITY, total = 0.0f;
+                for (int64_t t = 0; t < length; t++) best = fmaxf(best, row[t]);
+                for (int64_t t = 0; t < length; t++) row[t] -= best; /* minus the max: no overflow */
+                exp_in_place(row, length);
+                for (int64_t t = 0; t < length; t++) total += row[t];
+                for (int64_t t = 0; t < length; t++) row[t] /= total;
+                for (int j = 0; j < head_dim; j++) y[(int64_t)r * head_dim + j] = 0.0f;
+            }
             for (int64_t t = 0; t < length; t++) {
                 if (t + PREFETCH_KEYS < length)
                     prefetch_row(v_cache + request_slots[t + PREFETCH_KEYS] * cache_row + head_offset, head_dim);
                 const float *value = v_cache + request_slots[t] * cache_row + head_offset;
-                float weight = scores[t] / total;
+                for (int r = 0; r < group; r++) {
+                    float weight = scores[r * length + t];
+                    float *y_head = y + (int64_t)r * head_dim;
 #pragma omp simd
-                for (int j = 0; j < head_dim; j++) y[j] += weight * value[j];
+                    for (int j = 0; j < head_dim; j++) y_head[j] += weight * value[j];
+                }
             }
             free(scores);
         }
