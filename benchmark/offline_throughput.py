@@ -3,6 +3,10 @@
 bf16 and 4-bit GGUF weights. Before the runs it measures this machine's read bandwidth and matmul
 peak, and prints each result as a fraction of them: the bandwidth floor (every weight byte read
 once per decode step) at batch 1, the matmul peak (2 flops per weight per token) at batch >= 16.
+That peak is measured again right before each batched run, since a shared machine's speed drifts
+within minutes. The fraction is of the whole run, prompts included (their time counts, their flops
+do not); for minisgl it is also given for decode steps alone, from a second run of the same
+prompts, whose prefill its prefix cache then skips.
 For minisgl's bf16 and GGUF runs it also counts the greedy answers equal to its fp32 run's. Last,
 llama.cpp and minisgl's GGUF single stream take turns `--rounds` times and the median ratio is
 printed: on a shared machine whose speed drifts between runs, neighbouring runs compare fairly.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import os
 import statistics
 import time
@@ -64,21 +69,34 @@ class Result:
     batch: int
     tok_s: float
     bytes_per_step: int  # weight bytes one decode step reads
+    peak_gflops: float | None = None  # batch > 1: the matmul peak in the run's dtype, measured right before it
     same_as_fp32: str = ""  # minisgl: "k/n" greedy answers equal to minisgl fp32's at this batch
+    decode_tok_s: float | None = None  # minisgl: the same prompts again, their prefill cached: decode steps
+    decode_peak_gflops: float | None = None  # measured right before that second run
 
 
 def measure_machine(threads: int) -> Machine:
-    """Read bandwidth (sum of 512 MiB) and matmul peak (F.linear of 512 rows by a 1536 x 1536
-    weight, the call the engine makes; a square `a @ a` in bf16 takes a much slower path on AVX2),
-    median of 5 and 3 runs."""
+    """Read bandwidth (sum of 512 MiB, median of 5 runs) and matmul peak (F.linear of 512 rows by a
+    1536 x 1536 weight, the call the engine makes; a square `a @ a` in bf16 takes a much slower path
+    on AVX2)."""
     torch.set_num_threads(threads)
     big = torch.ones(128 << 20)  # 512 MiB of fp32: far past any cache
     read_s = median_seconds(lambda: big.sum(), 5)
-    peak = {}
-    for name in ("float32", "bfloat16"):
-        x, weight = torch.randn(512, 1536).to(getattr(torch, name)), torch.randn(1536, 1536).to(getattr(torch, name))
-        peak[name] = 2 * 512 * 1536**2 / median_seconds(lambda: F.linear(x, weight), 3) / 1e9
+    peak = {name: matmul_peak(name) for name in ("float32", "bfloat16")}
     return Machine(threads, big.numel() * 4 / read_s / 1e9, peak)
+
+
+def matmul_peak(dtype: str, repeats: int = 10) -> float:
+    """GFLOP/s of F.linear(512 rows, a 1536 x 1536 weight) in `dtype`, the fastest of `repeats` runs:
+    other work on the machine can only slow a run down, so the fastest is the nearest to the peak."""
+    x, weight = torch.randn(512, 1536).to(getattr(torch, dtype)), torch.randn(1536, 1536).to(getattr(torch, dtype))
+    F.linear(x, weight)
+    fastest = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        F.linear(x, weight)
+        fastest = min(fastest, time.perf_counter() - start)
+    return 2 * 512 * 1536**2 / fastest / 1e9
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -212,8 +230,9 @@ def report(results: list[Result], machine: Machine, flops: int, dtype_of: dict[s
             share = f"{r.tok_s / floor:5.1%} of bandwidth floor ({floor:.0f} tok/s, {megabytes:.0f} MB/step)"
         else:
             dtype = dtype_of.get(r.weights, "float32")
-            peak = machine.peak_gflops[dtype]
-            share = f"{r.tok_s * flops / 1e9 / peak:5.1%} of {dtype} matmul peak"
+            share = f"{r.tok_s * flops / 1e9 / r.peak_gflops:5.1%} of {dtype} matmul peak ({r.peak_gflops:.0f} GFLOP/s)"
+            if r.decode_tok_s is not None:
+                share += f", {r.decode_tok_s * flops / 1e9 / r.decode_peak_gflops:.1%} in decode steps"
         print(f"{r.engine:<13}{r.weights:<26}{r.batch:>5}{r.tok_s:>9.1f}{ratio:>11}{r.same_as_fp32:>7}  {share}")
 
 
@@ -265,8 +284,9 @@ def main() -> None:
         torch.set_num_threads(args.threads)
         run_transformers(model, tokenizer, make_prompts(tokenizer, 2, seed=99), 4, False)  # warm-up
         for batch in args.batch_sizes:
+            peak = matmul_peak(name) if batch > 1 else None
             tok_s = run_transformers(model, tokenizer, prompts[batch], args.new_tokens, args.until_eos)
-            results.append(Result("transformers", name, batch, tok_s, step_bytes))
+            results.append(Result("transformers", name, batch, tok_s, step_bytes, peak))
             print(f"transformers {name} batch {batch}: {tok_s:.1f} tok/s", flush=True)
         del model
 
@@ -284,12 +304,17 @@ def main() -> None:
         step_bytes = minisgl_step_bytes(llm)
         run_minisgl(llm, make_prompts(tokenizer, 2, seed=99), 4, False)  # warm-up
         for batch in args.batch_sizes:
+            peak = matmul_peak(config.dtype) if batch > 1 else None
             tok_s, answers[variant, batch] = run_minisgl(llm, prompts[batch], args.new_tokens, args.until_eos)
             same = ""
             if variant != "float32" and ("float32", batch) in answers:
                 equal = sum(a == b for a, b in zip(answers[variant, batch], answers["float32", batch]))
                 same = f"{equal}/{batch}"
-            results.append(Result("minisgl", label, batch, tok_s, step_bytes, same))
+            decode_tok_s = decode_peak = None
+            if batch > 1:
+                decode_peak = matmul_peak(config.dtype)
+                decode_tok_s = run_minisgl(llm, prompts[batch], args.new_tokens, args.until_eos)[0]
+            results.append(Result("minisgl", label, batch, tok_s, step_bytes, peak, same, decode_tok_s, decode_peak))
             print(f"minisgl {label} batch {batch}: {tok_s:.1f} tok/s", flush=True)
         llm.shutdown()
 

@@ -31,19 +31,16 @@ from typing import Any
 from minisgl.message.queues import send_what_is_left
 from minisgl.trace import TRACE
 
-from .start import ReceivedState
 
 Ready = Callable[..., None]  # ready(detail: str = ""): the body is up and serving
 
 
 def child_main(
-    name: str, launcher: ReceivedState, acks: Queue, target: Callable[..., None], args: tuple[Any, ...],
-    trace_dir: Path | None = None,
+    name: str, acks: Queue, target: Callable[..., None], args: tuple[Any, ...], trace_dir: Path | None = None,
 ) -> None:
-    """Take the `launcher`'s environment and output (a `LauncherState`, `start.py`), become child
-    `name`, run `target(*args, ready)`, and report how start-up went on `acks`; with a `trace_dir`,
-    trace it all into that folder."""
-    launcher.adopt()
+    """Become child `name` (it already has its launcher's environment and output: `start_process`),
+    run `target(*args, ready)`, and report how start-up went on `acks`; with a `trace_dir`, trace
+    it all into that folder."""
     become_child(name)
     if trace_dir is not None:
         trace_until_exit(trace_dir, name)

@@ -29,7 +29,7 @@ from typing import Any
 from .child import child_main
 from .errors import ChildDied, LaunchError, NodeLost
 from .nodes import STOP, read_link
-from .start import LauncherState, child_context
+from .start import child_context, start_process
 
 logger = logging.getLogger("minisgl")
 
@@ -57,9 +57,7 @@ class ChildGroup:
     def spawn(self, name: str, target: Callable[..., None], *args: Any) -> BaseProcess:
         """Start child `name` running `target(*args, ready)` (see `child_main`); `target` must be a
         module-level function, because the child imports it by name."""
-        process = self._ctx.Process(target=child_main, name=name, daemon=False,
-                                    args=(name, LauncherState(), self._acks, target, args, self.trace_dir))
-        process.start()
+        process = start_process(self._ctx, child_main, (name, self._acks, target, args, self.trace_dir), name=name)
         self.children[name] = process
         return process
 

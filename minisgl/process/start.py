@@ -11,7 +11,8 @@ child starts with those modules already in memory.
 
 A child forked from that server inherits what the server had when it started, not what the launcher
 has now. A spawned child would get two things from its launcher at the moment it starts, so
-`LauncherState` sends them along with the child's arguments and `adopt` applies them first thing:
+`start_process` sends them along with the child's arguments (`LauncherState`) and the child
+`adopt`s them before it runs its target:
 - the environment (a test sets `TMPDIR`, `MINISGL_LOG_LEVEL` is set by the server's launcher);
 - where standard output and error go (pytest's `capfd` moves them from test to test), as file
   descriptors passed over the server's Unix socket.
@@ -28,6 +29,8 @@ import os
 import tempfile
 from multiprocessing import forkserver, reduction
 from multiprocessing.context import BaseContext
+from collections.abc import Callable
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 PRELOAD = ("torch", "transformers", "zmq", "safetensors.torch")
@@ -40,9 +43,24 @@ def child_context() -> BaseContext:
     return context
 
 
+def start_process(context: BaseContext, target: Callable[..., None], args: tuple[Any, ...], name: str | None = None,
+                  daemon: bool = False) -> BaseProcess:
+    """Start `target(*args)` in a child of `context` that first takes this launcher's environment and
+    output of now, as a spawned child would have them. `target` must be a module-level function:
+    the child imports it by name."""
+    process = context.Process(target=_adopt_then_run, args=(LauncherState(), target, args), name=name, daemon=daemon)
+    process.start()
+    return process
+
+
+def _adopt_then_run(launcher: ReceivedState, target: Callable[..., None], args: tuple[Any, ...]) -> None:
+    launcher.adopt()
+    target(*args)
+
+
 class LauncherState:
-    """The launcher's environment and standard output/error at the moment a child is started. Pass it
-    among the child's arguments and call `adopt()` in the child before anything else."""
+    """The launcher's environment and standard output/error at the moment a child is started
+    (`start_process` sends one with every child)."""
 
     def __init__(self) -> None:
         self.environ = dict(os.environ)

@@ -23,16 +23,15 @@ import torch.distributed as dist
 
 from minisgl.distributed import barrier, destroy_distributed, enable_torch_distributed, set_tp_info
 from minisgl.distributed.rendezvous import file_init_method, rendezvous
-from minisgl.process.start import LauncherState, ReceivedState, child_context
+from minisgl.process.start import child_context, start_process
 
 
 class RankFailed(RuntimeError):
     """A rank raised, died, or ran out of time; the message names the rank."""
 
 
-def _rank_main(launcher: ReceivedState, fn: Callable[..., Any], rank: int, world_size: int, init_method: str,
-               results: mp.Queue, args: tuple) -> None:
-    launcher.adopt()  # the caller's environment and output (minisgl/process/start.py)
+def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, init_method: str, results: mp.Queue,
+               args: tuple) -> None:
     try:
         torch.set_num_threads(1)
         timeout = timedelta(seconds=60)
@@ -59,13 +58,10 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: fl
     ctx = child_context()
     results: mp.Queue = ctx.Queue()
     store_dir = tempfile.mkdtemp(prefix="minisgl-ranks-")
-    procs = [
-        ctx.Process(target=_rank_main, daemon=True,
-                    args=(LauncherState(), fn, rank, world_size, file_init_method(store_dir), results, args))
+    procs = [  # each with the caller's environment and output of now (minisgl/process/start.py)
+        start_process(ctx, _rank_main, (fn, rank, world_size, file_init_method(store_dir), results, args), daemon=True)
         for rank in range(world_size)
     ]
-    for proc in procs:
-        proc.start()
     collected: dict[int, Any] = {}
     deadline = time.monotonic() + timeout_s
     try:
