@@ -50,7 +50,7 @@ INT8_GROUP_SIZE = BLOCK  # inputs per scale of an int8 weight: Q8_0's block of 3
 # needs a multiple of 16: it reads 16 inputs per aligned load on AVX-512, and other sizes crash it)
 INT8_MAX_CODE = 127  # symmetric codes -127..127
 # Rows up to which minisgl's matrix-vector kernels beat its matrix-matrix ones (30 SmolLM2 layers on
-# 2 AVX2 cores, weights from memory: 8 rows 40.7 vs 38.9 ms, 12 rows 53.8 vs 37.7, 4 rows 25 vs 52)
+# 2 AVX2 cores, weights from memory: 8 rows 40.7 vs 38.9 ms, 12 rows 53.8 vs 37.7, 16 rows 81.5 vs 41.5)
 GEMV_MAX_ROWS = 8
 
 
