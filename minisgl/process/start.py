@@ -27,9 +27,9 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import tempfile
+from collections.abc import Callable
 from multiprocessing import forkserver, reduction
 from multiprocessing.context import BaseContext
-from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from typing import Any
 
