@@ -197,11 +197,15 @@ def test_silu_and_mul_is_silu_of_gate_times_up(rows: int, spread: float) -> None
                                equal_nan=True)
 
 
+# (q_heads, kv_heads, head_dim): with AVX2, scores take four keys at a time where head_dim is a
+# multiple of 8 and values 32 floats at a time where it is a multiple of 32; the rest is portable C
+@pytest.mark.parametrize("heads", [(6, 2, 16), (9, 3, 64), (8, 8, 128), (4, 1, 40), (2, 1, 12)])
 @needs_compiler
-def test_decode_attention_stores_the_new_rows_then_reads_each_requests_own() -> None:
+def test_decode_attention_stores_the_new_rows_then_reads_each_requests_own(heads: tuple[int, int, int]) -> None:
     generator = torch.Generator().manual_seed(5)
-    q_heads, kv_heads, head_dim, cache_slots = 6, 2, 16, 64
-    lengths = [1, 7, 30]  # a request that sees only itself, and longer ones
+    q_heads, kv_heads, head_dim = heads
+    cache_slots = 64
+    lengths = [1, 7, 30]  # a request that sees only itself, and longer ones (7, 30: four keys at a time and a tail)
     k_cache = torch.randn(cache_slots, kv_heads, head_dim, generator=generator)
     v_cache = torch.randn(cache_slots, kv_heads, head_dim, generator=generator)
     order = torch.randperm(cache_slots, generator=generator)  # pages scattered over the cache

@@ -140,6 +140,101 @@ static inline void prefetch_row(const float *row, int head_dim) {
     for (int j = 0; j < head_dim; j += 16) __builtin_prefetch(row + j); /* 16 floats per 64-byte line */
 }
 
+/* The keys and values of one request and one KV head: row t of either cache is
+ * cache + slots[t] * row_stride + offset, `length` rows of `head_dim` floats. */
+typedef struct {
+    const int64_t *slots;
+    int64_t length, row_stride, offset;
+    int head_dim;
+} HeadRows;
+
+static inline const float *head_row(const float *cache, const HeadRows *rows, int64_t t) {
+    return cache + rows->slots[t] * rows->row_stride + rows->offset;
+}
+
+/* scores[r, t] = scale * queries[r] . key t for the `group` query heads [group, head_dim] that share
+ * these keys; scores [group, length]. With AVX2 and head_dim a multiple of 8, four keys at a time:
+ * each query load serves four independent FMA chains, and one hadd tree sums the four dots (a
+ * loop per dot waited on its one chain and summed its lanes alone: twice the time). */
+static void attention_scores(const float *queries, int group, const float *k_cache, const HeadRows *rows, float scale,
+                             float *scores) {
+    int64_t length = rows->length, t = 0;
+    int head_dim = rows->head_dim;
+#ifdef __AVX2__
+    if (head_dim % 8 == 0) {
+        for (; t + 4 <= length; t += 4) {
+            const float *keys[4];
+            for (int u = 0; u < 4; u++) {
+                if (t + u + PREFETCH_KEYS < length) prefetch_row(head_row(k_cache, rows, t + u + PREFETCH_KEYS), head_dim);
+                keys[u] = head_row(k_cache, rows, t + u);
+            }
+            for (int r = 0; r < group; r++) {
+                const float *query = queries + (int64_t)r * head_dim;
+                __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+                for (int j = 0; j < head_dim; j += 8) {
+                    __m256 query_part = _mm256_loadu_ps(query + j);
+                    for (int u = 0; u < 4; u++) acc[u] = _mm256_fmadd_ps(query_part, _mm256_loadu_ps(keys[u] + j), acc[u]);
+                }
+                /* [a b c d] of 8 lanes each -> [sum a, sum b, sum c, sum d] */
+                __m256 pairs = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+                __m128 dots = _mm_add_ps(_mm256_castps256_ps128(pairs), _mm256_extractf128_ps(pairs, 1));
+                _mm_storeu_ps(scores + r * length + t, _mm_mul_ps(dots, _mm_set1_ps(scale)));
+            }
+        }
+    }
+#endif
+    for (; t < length; t++) { /* the portable path, and the last keys of the AVX2 one */
+        if (t + PREFETCH_KEYS < length) prefetch_row(head_row(k_cache, rows, t + PREFETCH_KEYS), head_dim);
+        const float *key = head_row(k_cache, rows, t);
+        for (int r = 0; r < group; r++) {
+            const float *query = queries + (int64_t)r * head_dim;
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int j = 0; j < head_dim; j++) dot += query[j] * key[j];
+            scores[r * length + t] = dot * scale;
+        }
+    }
+}
+
+/* y[r] = sum_t weights[r, t] * value t for the `group` query heads; y [group, head_dim], weights
+ * [group, length]. With AVX2 and head_dim a multiple of 32, each head's output is summed 32 floats
+ * at a time in four registers over all values (the values of one request stay in L1 after the first
+ * head's pass), instead of a load and a store of y per value. */
+static void weighted_values(const float *weights, int group, const float *v_cache, const HeadRows *rows, float *y) {
+    int64_t length = rows->length;
+    int head_dim = rows->head_dim;
+#ifdef __AVX2__
+    if (head_dim % 32 == 0) {
+        for (int r = 0; r < group; r++) {
+            const float *head_weights = weights + r * length;
+            for (int j = 0; j < head_dim; j += 32) {
+                __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+                for (int64_t t = 0; t < length; t++) {
+                    if (r == 0 && j == 0 && t + PREFETCH_KEYS < length)
+                        prefetch_row(head_row(v_cache, rows, t + PREFETCH_KEYS), head_dim);
+                    const float *value = head_row(v_cache, rows, t) + j;
+                    __m256 weight = _mm256_set1_ps(head_weights[t]);
+                    for (int c = 0; c < 4; c++) acc[c] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(value + 8 * c), acc[c]);
+                }
+                for (int c = 0; c < 4; c++) _mm256_storeu_ps(y + (int64_t)r * head_dim + j + 8 * c, acc[c]);
+            }
+        }
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < (int64_t)group * head_dim; i++) y[i] = 0.0f;
+    for (int64_t t = 0; t < length; t++) {
+        if (t + PREFETCH_KEYS < length) prefetch_row(head_row(v_cache, rows, t + PREFETCH_KEYS), head_dim);
+        const float *value = head_row(v_cache, rows, t);
+        for (int r = 0; r < group; r++) {
+            float weight = weights[r * length + t];
+            float *y_head = y + (int64_t)r * head_dim;
+#pragma omp simd
+            for (int j = 0; j < head_dim; j++) y_head[j] += weight * value[j];
+        }
+    }
+}
+
 /* One query token per request (a decode step). First the step's new keys and values go into the
  * cache: row i of k_new / v_new (`new_stride` floats apart, heads dense within a row) into cache
  * slot new_slots[i]. Then out[i, h] = softmax(q[i, h] . K_i^T * scale) V_i, where K_i, V_i are the
@@ -161,24 +256,11 @@ void decode_attention(const float *q, const float *k_new, int64_t k_new_stride, 
 #pragma omp parallel for num_threads(threads) schedule(dynamic) collapse(2)
     for (int i = 0; i < reqs; i++) {
         for (int g = 0; g < kv_heads; g++) {
-            int64_t length = lengths[i];
-            const int64_t *request_slots = slots + i * slots_stride;
-            int64_t head_offset = (int64_t)g * head_dim;
+            HeadRows rows = {slots + i * slots_stride, lengths[i], cache_row, (int64_t)g * head_dim, head_dim};
+            int64_t length = rows.length;
             const float *queries = q + ((int64_t)i * q_heads + (int64_t)g * group) * head_dim; /* [group, d] */
             float *scores = malloc((size_t)group * length * sizeof(float));                     /* [group, length] */
-            for (int64_t t = 0; t < length; t++) {
-                if (t + PREFETCH_KEYS < length)
-                    prefetch_row(k_cache + request_slots[t + PREFETCH_KEYS] * cache_row + head_offset, head_dim);
-                const float *key = k_cache + request_slots[t] * cache_row + head_offset;
-                for (int r = 0; r < group; r++) {
-                    const float *query = queries + (int64_t)r * head_dim;
-                    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                    for (int j = 0; j < head_dim; j++) dot += query[j] * key[j];
-                    scores[r * length + t] = dot * scale;
-                }
-            }
-            float *y = out + ((int64_t)i * q_heads + (int64_t)g * group) * head_dim; /* [group, d] */
+            attention_scores(queries, group, k_cache, &rows, scale, scores);
             for (int r = 0; r < group; r++) { /* softmax of each query head's scores */
                 float *row = scores + r * length, best = -INFINITY, total = 0.0f;
                 for (int64_t t = 0; t < length; t++) best = fmaxf(best, row[t]);
@@ -186,19 +268,8 @@ void decode_attention(const float *q, const float *k_new, int64_t k_new_stride, 
                 exp_in_place(row, length);
                 for (int64_t t = 0; t < length; t++) total += row[t];
                 for (int64_t t = 0; t < length; t++) row[t] /= total;
-                for (int j = 0; j < head_dim; j++) y[(int64_t)r * head_dim + j] = 0.0f;
             }
-            for (int64_t t = 0; t < length; t++) {
-                if (t + PREFETCH_KEYS < length)
-                    prefetch_row(v_cache + request_slots[t + PREFETCH_KEYS] * cache_row + head_offset, head_dim);
-                const float *value = v_cache + request_slots[t] * cache_row + head_offset;
-                for (int r = 0; r < group; r++) {
-                    float weight = scores[r * length + t];
-                    float *y_head = y + (int64_t)r * head_dim;
-#pragma omp simd
-                    for (int j = 0; j < head_dim; j++) y_head[j] += weight * value[j];
-                }
-            }
+            weighted_values(scores, group, v_cache, &rows, out + ((int64_t)i * q_heads + (int64_t)g * group) * head_dim);
             free(scores);
         }
     }
