@@ -154,8 +154,9 @@ static inline const float *head_row(const float *cache, const HeadRows *rows, in
 
 /* scores[r, t] = scale * queries[r] . key t for the `group` query heads [group, head_dim] that share
  * these keys; scores [group, length]. With AVX2 and head_dim a multiple of 8, four keys at a time:
- * each query load serves four independent FMA chains, and one hadd tree sums the four dots (a
- * loop per dot waited on its one chain and summed its lanes alone: twice the time). */
+ * each query load serves four independent FMA chains, and one hadd tree sums the four dots, where
+ * a loop per dot waits on its one chain and sums its lanes alone (with `weighted_values` below:
+ * 32 requests x 30 SmolLM2 layers, warm cache, 12.6 -> 5.8 ms on 2 AVX2 cores). */
 static void attention_scores(const float *queries, int group, const float *k_cache, const HeadRows *rows, float scale,
                              float *scores) {
     int64_t length = rows->length, t = 0;
