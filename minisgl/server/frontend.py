@@ -100,8 +100,8 @@ class Frontend:
         uid = next(self._uids)
         # sent first, then the slot is taken: a request that cannot be encoded holds none (no output
         # can arrive in between, the reader runs on this same event loop)
+        TRACE.instant("request in", "request", uid=uid)  # before the put: the trace keeps cause before effect
         self._tokenizer_of(uid).put(TokenizeRequest(uid, sampling, text, messages, input_ids, list(stop or [])))
-        TRACE.instant("request in", "request", uid=uid)
         self.num_submitted += 1
         self._streams[uid] = asyncio.Queue()
         return RequestStream(self, uid)
