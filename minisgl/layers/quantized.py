@@ -258,7 +258,8 @@ def quantize_q8_0(weight: torch.Tensor, max_quantized_rows: int | None, keep_den
     codes = (blocks / divisor[..., None]).round().clamp(-INT8_MAX_CODE, INT8_MAX_CODE).to(torch.int8)
     dense = weight if keep_dense or max_quantized_rows is not None else None
     if cpu_kernels() is not None:
-        return BlockQ8Weight(weight.shape, dense, max_quantized_rows, codes.view(out_features, -1), scale, batch_invariant)
+        return BlockQ8Weight(weight.shape, dense, max_quantized_rows, codes.view(out_features, -1), scale,
+                             batch_invariant)
     # PyTorch's int8 kernel takes one scale per output row: one call per block column
     return PackedInt8Weight(weight.shape, dense, max_quantized_rows, codes.transpose(0, 1).contiguous(),
                             scale.t().to(torch.bfloat16).contiguous())

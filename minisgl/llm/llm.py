@@ -144,7 +144,8 @@ class LLM:
             raise ValueError(f"'{self.model_path}' has no tokenizer files; pass prompts as lists of token ids")
 
     def _run(self, requests: list[GenerateRequest]) -> dict[int, tuple[list[int], str | None]]:
-        if TRACE.enabled:  # before the submit: once sent, the ranks may act on them while this process waits for a core
+        # traced before the submit: once sent, the ranks may act on them while this process waits for a core
+        if TRACE.enabled:
             TRACE.instant("request in", "request", uids=[r.uid for r in requests])
         self._backend.submit(list(requests))
         tokens: dict[int, list[int]] = {r.uid: [] for r in requests}

@@ -98,9 +98,9 @@ class Frontend:
         if len(self._streams) >= self.max_pending:
             raise Overloaded(f"{len(self._streams)} requests are in flight (--max-pending-requests); retry later")
         uid = next(self._uids)
+        TRACE.instant("request in", "request", uid=uid)  # before the put: the trace keeps cause before effect
         # sent first, then the slot is taken: a request that cannot be encoded holds none (no output
         # can arrive in between, the reader runs on this same event loop)
-        TRACE.instant("request in", "request", uid=uid)  # before the put: the trace keeps cause before effect
         self._tokenizer_of(uid).put(TokenizeRequest(uid, sampling, text, messages, input_ids, list(stop or [])))
         self.num_submitted += 1
         self._streams[uid] = asyncio.Queue()

@@ -1,7 +1,8 @@
 """minisgl's own CPU kernels, in C: the quantized matrix-vector products of quant_gemv.c and the
-quantized matrix-matrix products of quant_gemm.c (chapter 04, "Quantized shards"), and the fused elementwise and decode-attention work of fused.c (the CPU
-side of chapter 10's fused kernels). They are compiled on first use by this machine's C compiler
-for this very CPU (`-march=native`: AVX2 where it has it) and called through ctypes.
+quantized matrix-matrix products of quant_gemm.c (chapter 04, "Quantized shards"), and the fused
+elementwise and decode-attention work of fused.c (the CPU side of chapter 10's fused kernels).
+They are compiled on first use by this machine's C compiler for this very CPU (`-march=native`:
+AVX2 where it has it) and called through ctypes.
 
 The shared library is cached under the minisgl cache dir, keyed by the sources, the compiler and
 the CPU's feature flags, so a cache shared by two machines never hands one the other's build. No
