@@ -2,11 +2,12 @@
 (single stream), transformers' batched `generate`, and minisgl at several batch sizes with fp32,
 bf16 and 4-bit GGUF weights. Before the runs it measures this machine's read bandwidth and matmul
 peak, and prints each result as a fraction of them: the bandwidth floor (every weight byte read
-once per decode step) at batch 1, the matmul peak (2 flops per weight per token) at batch >= 16.
-That peak is measured again right before each batched run, since a shared machine's speed drifts
-within minutes. The fraction is of the whole run, prompts included (their time counts, their flops
-do not); for minisgl it is also given for decode steps alone, from a second run of the same
-prompts, whose prefill its prefix cache then skips.
+once per decode step) at batch 1, the matmul peak at batch >= 16. That peak is measured again right
+before each batched run, since a shared machine's speed drifts within minutes. The fraction is of
+the whole run: the matmul flops it computed (2 per weight per token through the decoder's linear
+layers, prompt tokens included and, for minisgl, those its prefix cache skipped left out; the LM
+head once per generated token) over its seconds. For minisgl it is also given for decode steps
+alone, from a second run of the same prompts, whose prefill its prefix cache then skips.
 For minisgl's bf16 and GGUF runs it also counts the greedy answers equal to its fp32 run's. Last,
 llama.cpp and minisgl's GGUF single stream take turns `--rounds` times and the median ratio is
 printed: on a shared machine whose speed drifts between runs, neighbouring runs compare fairly.
@@ -22,6 +23,11 @@ default; CMAKE_ARGS passes other llama.cpp build options): 10 to 30 minutes on 2
 
     CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) .venv/bin/pip install "llama-cpp-python==0.3.36"
 
+On CPUs with AMX (recent Xeons) that build turns on llama.cpp's AMX kernels, which die with an
+illegal instruction in some virtual machines (llama.cpp pull request #26954). The script first
+runs llama.cpp for a few tokens in a child process, so such a crash skips its row with a message
+instead of ending the run; rebuild it without AMX (still AVX-512) as the message says.
+
 Every engine gets `--threads` threads (default: all cores). Close other programs first: the script
 prints the load average before and after, and a busy machine's numbers are not worth keeping.
 """
@@ -32,7 +38,10 @@ import argparse
 import importlib.util
 import math
 import os
+import signal
 import statistics
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -42,7 +51,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from gguf import GGUFReader
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from minisgl import LLM, SamplingParams
 from minisgl.layers.quantized import PackedWeight
@@ -50,6 +59,9 @@ from minisgl.models.default_model import ensure_default_model
 from minisgl.models.gguf_weights import find_model_gguf
 
 LLAMA_CPP_INSTALL = 'CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) .venv/bin/pip install "llama-cpp-python==0.3.36"'
+LLAMA_CPP_WITHOUT_AMX = ('CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON '
+                         '-DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON" '
+                         + LLAMA_CPP_INSTALL.replace("pip install", "pip install --force-reinstall --no-deps --no-cache-dir"))
 MINISGL_VARIANTS = {"float32": dict(dtype="float32", quantization="none"),
                     "bfloat16": dict(dtype="bfloat16", quantization="none"),
                     "gguf": dict(dtype="auto", quantization="gguf")}  # 4-bit weights, dtype as auto picks
@@ -63,15 +75,29 @@ class Machine:
 
 
 @dataclass
+class MatmulFlops:
+    """Flops of one token through the model's matmuls: 2 per weight."""
+
+    decoder: int  # the decoder layers' linear weights, for every token the model reads
+    head: int  # the LM head, for every token the model writes
+
+    def of_run(self, prompt_tokens: int, generated: int, requests: int) -> int:
+        """A run's flops: each request reads its (uncached) prompt, then feeds back every token it
+        generated but the last; the LM head runs once per generated token."""
+        return (prompt_tokens + generated - requests) * self.decoder + generated * self.head
+
+
+@dataclass
 class Result:
     engine: str
     weights: str
     batch: int
     tok_s: float
     bytes_per_step: int  # weight bytes one decode step reads
+    gflops: float | None = None  # batch > 1: GFLOP/s of the run's matmuls (MatmulFlops.of_run over its seconds)
     peak_gflops: float | None = None  # batch > 1: the matmul peak in the run's dtype, measured right before it
     same_as_fp32: str = ""  # minisgl: "k/n" greedy answers equal to minisgl fp32's at this batch
-    decode_tok_s: float | None = None  # minisgl: the same prompts again, their prefill cached: decode steps
+    decode_gflops: float | None = None  # minisgl: the same prompts again, their prefill cached: decode steps
     decode_peak_gflops: float | None = None  # measured right before that second run
 
 
@@ -124,8 +150,10 @@ def make_prompts(tokenizer, count: int, seed: int) -> list[list[int]]:
     return prompts
 
 
-def run_transformers(model, tokenizer, prompts: list[list[int]], new_tokens: int, until_eos: bool) -> float:
-    """Generated tokens per second of one batched greedy `generate` (left-padded)."""
+def run_transformers(model, tokenizer, prompts: list[list[int]], new_tokens: int, until_eos: bool,
+                     flops: MatmulFlops) -> tuple[float, float]:
+    """Generated tokens per second of one batched greedy `generate` (left-padded), and the GFLOP/s
+    of its matmuls (the prompts' own tokens, not their padding)."""
     tokenizer.padding_side = "left"
     batch = tokenizer.pad({"input_ids": prompts}, return_tensors="pt")
     eos = model.generation_config.eos_token_id
@@ -135,24 +163,35 @@ def run_transformers(model, tokenizer, prompts: list[list[int]], new_tokens: int
         output = model.generate(**batch, max_new_tokens=new_tokens, min_new_tokens=None if until_eos else new_tokens,
                                 do_sample=False, pad_token_id=tokenizer.pad_token_id or 0)
     elapsed = time.perf_counter() - start
-    if not until_eos:
-        return len(prompts) * new_tokens / elapsed
-    real = 0
-    for row in output[:, batch["input_ids"].shape[1] :].tolist():
-        ends = [i for i, token in enumerate(row) if token in eos_ids]
-        real += ends[0] + 1 if ends else len(row)  # up to and including the first EOS
-    return real / elapsed
+    real = len(prompts) * new_tokens
+    if until_eos:
+        real = 0
+        for row in output[:, batch["input_ids"].shape[1] :].tolist():
+            ends = [i for i, token in enumerate(row) if token in eos_ids]
+            real += ends[0] + 1 if ends else len(row)  # up to and including the first EOS
+    run_flops = flops.of_run(sum(map(len, prompts)), real, len(prompts))
+    return real / elapsed, run_flops / elapsed / 1e9
 
 
 def run_minisgl(
-    llm: LLM, prompts: list[list[int]], new_tokens: int, until_eos: bool
-) -> tuple[float, list[list[int]]]:
-    """Generated tokens per second, and the greedy answers."""
+    llm: LLM, prompts: list[list[int]], new_tokens: int, until_eos: bool, flops: MatmulFlops
+) -> tuple[float, float, list[list[int]]]:
+    """Generated tokens per second, the GFLOP/s of the run's matmuls (prompt tokens found in the
+    prefix cache are not computed, so not counted), and the greedy answers."""
     params = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=not until_eos)
+    before = computed_prompt_tokens(llm)
     start = time.perf_counter()
     outputs = llm.generate(prompts, params)
-    tok_s = sum(len(o.token_ids) for o in outputs) / (time.perf_counter() - start)
-    return tok_s, [o.token_ids for o in outputs]
+    elapsed = time.perf_counter() - start
+    generated = sum(len(o.token_ids) for o in outputs)
+    run_flops = flops.of_run(computed_prompt_tokens(llm) - before, generated, len(prompts))
+    return generated / elapsed, run_flops / elapsed / 1e9, [o.token_ids for o in outputs]
+
+
+def computed_prompt_tokens(llm: LLM) -> int:
+    """Prompt tokens the engine has prefilled so far, less those its prefix cache supplied."""
+    stats = llm._backend.scheduler.stats()
+    return stats.prompt_tokens_total - stats.cached_tokens_total
 
 
 def llama_cpp_stream(gguf_path: Path, threads: int) -> Callable[[list[int], int], float]:
@@ -173,19 +212,39 @@ def llama_cpp_stream(gguf_path: Path, threads: int) -> Callable[[list[int], int]
     return run
 
 
+def llama_cpp_crash(gguf_path: Path, threads: int) -> str | None:
+    """Why llama.cpp cannot run here, or None: a few tokens in a child process first, since a crash
+    inside its C++ kernels (a signal, not an exception) would end this whole script."""
+    code = ("import sys; from llama_cpp import Llama; "
+            "llm = Llama(model_path=sys.argv[1], n_threads=int(sys.argv[2]), n_ctx=64, verbose=False); "
+            "[None for _, _ in zip(range(4), llm.generate([1, 2, 3], temp=0.0))]")
+    try:
+        child = subprocess.run([sys.executable, "-c", code, str(gguf_path), str(threads)], capture_output=True,
+                               text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return "llama.cpp did not finish 4 tokens in 300 s"
+    if child.returncode == -signal.SIGILL:
+        return ("llama.cpp died of an illegal instruction (its AMX kernels, llama.cpp pull request #26954); "
+                f"rebuild it without AMX:\n    {LLAMA_CPP_WITHOUT_AMX}")
+    if child.returncode != 0:
+        last = (child.stderr.strip().splitlines() or [f"exit status {child.returncode}"])[-1]
+        return f"llama.cpp failed on {gguf_path.name}: {last}"
+    return None
+
+
 def single_stream_rounds(model_dir: Path, gguf_path: Path, prompt: list[int], new_tokens: int, threads: int,
-                         rounds: int) -> None:
+                         rounds: int, flops: MatmulFlops) -> None:
     """llama.cpp and minisgl's GGUF pick, one single stream each, alternated `rounds` times: on a
     shared machine whose speed drifts, the median ratio of neighbouring runs is the fair comparison."""
     llama_cpp = llama_cpp_stream(gguf_path, threads)
     llm = LLM(model_dir, progress=False, cpu_threads=threads, **MINISGL_VARIANTS["gguf"])
     llama_cpp(prompt, new_tokens)  # a discarded round each: llama.cpp's first pass over a new prompt
-    run_minisgl(llm, [prompt], new_tokens, False)  # is slow, and minisgl's records its batch-1 CPU graph
+    run_minisgl(llm, [prompt], new_tokens, False, flops)  # is slow, and minisgl's records its batch-1 CPU graph
     ratios = []
     print(f"\nsingle stream, alternated ({rounds} rounds): llama.cpp, minisgl gguf (tok/s)")
     for round_index in range(rounds):
         theirs = llama_cpp(prompt, new_tokens)
-        ours = run_minisgl(llm, [prompt], new_tokens, False)[0]
+        ours = run_minisgl(llm, [prompt], new_tokens, False, flops)[0]
         ratios.append(ours / theirs)
         print(f"  round {round_index + 1}: {theirs:6.1f}  {ours:6.1f}  -> {ours / theirs:.2f}x")
     llm.shutdown()
@@ -213,15 +272,17 @@ def minisgl_step_bytes(llm: LLM) -> int:
     return total
 
 
-def flops_per_token(model) -> int:
-    """2 flops per weight of every matmul: the decoder's linear layers and the LM head."""
+def matmul_flops(model_dir: Path) -> MatmulFlops:
+    """The model's flops per token, counted on a weightless copy (the meta device allocates nothing)."""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
     linear = sum(p.numel() for n, p in model.named_parameters() if n.endswith("_proj.weight"))
-    return 2 * (linear + model.config.vocab_size * model.config.hidden_size)
+    return MatmulFlops(decoder=2 * linear, head=2 * model.config.vocab_size * model.config.hidden_size)
 
 
-def report(results: list[Result], machine: Machine, flops: int, dtype_of: dict[str, str]) -> None:
+def report(results: list[Result], machine: Machine, dtype_of: dict[str, str]) -> None:
     baseline = {r.batch: r.tok_s for r in results if r.engine == "transformers" and r.weights == "float32"}
-    print(f"\n{'engine':<13}{'weights':<26}{'batch':>5}{'tok/s':>9}{'vs hf fp32':>11}{'=fp32':>7}  of the machine")
+    print(f"\n{'engine':<13}{'weights':<40}{'batch':>5}{'tok/s':>9}{'vs hf fp32':>11}{'=fp32':>7}  of the machine")
     for r in results:
         ratio = f"{r.tok_s / baseline[r.batch]:.2f}x" if r.batch in baseline else "-"
         if r.batch == 1:
@@ -230,10 +291,10 @@ def report(results: list[Result], machine: Machine, flops: int, dtype_of: dict[s
             share = f"{r.tok_s / floor:5.1%} of bandwidth floor ({floor:.0f} tok/s, {megabytes:.0f} MB/step)"
         else:
             dtype = dtype_of.get(r.weights, "float32")
-            share = f"{r.tok_s * flops / 1e9 / r.peak_gflops:5.1%} of {dtype} matmul peak ({r.peak_gflops:.0f} GFLOP/s)"
-            if r.decode_tok_s is not None:
-                share += f", {r.decode_tok_s * flops / 1e9 / r.decode_peak_gflops:.1%} in decode steps"
-        print(f"{r.engine:<13}{r.weights:<26}{r.batch:>5}{r.tok_s:>9.1f}{ratio:>11}{r.same_as_fp32:>7}  {share}")
+            share = f"{r.gflops / r.peak_gflops:5.1%} of {dtype} matmul peak ({r.peak_gflops:.0f} GFLOP/s)"
+            if r.decode_gflops is not None:
+                share += f", {r.decode_gflops / r.decode_peak_gflops:.1%} in decode steps"
+        print(f"{r.engine:<13}{r.weights:<40}{r.batch:>5}{r.tok_s:>9.1f}{ratio:>11}{r.same_as_fp32:>7}  {share}")
 
 
 def main() -> None:
@@ -258,6 +319,7 @@ def main() -> None:
     print(f"machine: {torch.backends.cpu.get_cpu_capability()}, read {machine.read_gbs:.1f} GB/s, matmul peak "
           + ", ".join(f"{d} {g:.1f} GFLOP/s" for d, g in machine.peak_gflops.items()))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    flops = matmul_flops(model_dir)
     prompts = {batch: make_prompts(tokenizer, batch, seed=batch) for batch in args.batch_sizes}
     results: list[Result] = []
     dtype_of = {"float32": "float32", "bfloat16": "bfloat16"}  # weights label -> dtype of its matmuls
@@ -269,24 +331,24 @@ def main() -> None:
         print(f"llama.cpp skipped: no *.gguf file next to the checkpoint in {model_dir}")
     elif 1 not in prompts:
         print("llama.cpp skipped: it runs a single stream, and --batch-sizes has no 1")
+    elif crash := llama_cpp_crash(gguf_path, args.threads):
+        print(f"llama.cpp skipped: {crash}")
     else:
         file_bytes = sum(int(t.n_bytes) for t in GGUFReader(gguf_path).tensors)
         tok_s = llama_cpp_stream(gguf_path, args.threads)(prompts[1][0], args.new_tokens)
         results.append(Result("llama.cpp", gguf_weight_type(gguf_path), 1, tok_s, file_bytes))
         print(f"llama.cpp done: {tok_s:.1f} tok/s", flush=True)
 
-    flops = 0
     for name in args.transformers:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, name)).eval()
-        flops = flops_per_token(model)
         step_bytes = sum(p.nbytes for n, p in model.named_parameters() if not n.endswith("embed_tokens.weight")
                          or model.config.tie_word_embeddings)
         torch.set_num_threads(args.threads)
-        run_transformers(model, tokenizer, make_prompts(tokenizer, 2, seed=99), 4, False)  # warm-up
+        run_transformers(model, tokenizer, make_prompts(tokenizer, 2, seed=99), 4, False, flops)  # warm-up
         for batch in args.batch_sizes:
             peak = matmul_peak(name) if batch > 1 else None
-            tok_s = run_transformers(model, tokenizer, prompts[batch], args.new_tokens, args.until_eos)
-            results.append(Result("transformers", name, batch, tok_s, step_bytes, peak))
+            tok_s, gflops = run_transformers(model, tokenizer, prompts[batch], args.new_tokens, args.until_eos, flops)
+            results.append(Result("transformers", name, batch, tok_s, step_bytes, gflops, peak))
             print(f"transformers {name} batch {batch}: {tok_s:.1f} tok/s", flush=True)
         del model
 
@@ -300,29 +362,32 @@ def main() -> None:
         config = llm.config  # what dtype / quantization "auto" resolved to
         rows = "every batch" if config.max_quantized_rows is None else f"<={config.max_quantized_rows} rows"
         label = variant if variant != "gguf" else f"gguf {rows}, {config.dtype}"
-        dtype_of[label] = config.dtype
+        if config.matmul_dtype != config.dtype:
+            label += f", {config.matmul_dtype} matmuls"
+        dtype_of[label] = config.matmul_dtype  # the dtype its dense matmuls run in, so the peak to compare with
         step_bytes = minisgl_step_bytes(llm)
-        run_minisgl(llm, make_prompts(tokenizer, 2, seed=99), 4, False)  # warm-up
+        run_minisgl(llm, make_prompts(tokenizer, 2, seed=99), 4, False, flops)  # warm-up
         for batch in args.batch_sizes:
-            peak = matmul_peak(config.dtype) if batch > 1 else None
-            tok_s, answers[variant, batch] = run_minisgl(llm, prompts[batch], args.new_tokens, args.until_eos)
+            peak = matmul_peak(config.matmul_dtype) if batch > 1 else None
+            tok_s, gflops, answers[variant, batch] = run_minisgl(llm, prompts[batch], args.new_tokens,
+                                                                 args.until_eos, flops)
             same = ""
             if variant != "float32" and ("float32", batch) in answers:
                 equal = sum(a == b for a, b in zip(answers[variant, batch], answers["float32", batch]))
                 same = f"{equal}/{batch}"
-            decode_tok_s = decode_peak = None
+            decode_gflops = decode_peak = None
             if batch > 1:
-                decode_peak = matmul_peak(config.dtype)
-                decode_tok_s = run_minisgl(llm, prompts[batch], args.new_tokens, args.until_eos)[0]
-            results.append(Result("minisgl", label, batch, tok_s, step_bytes, peak, same, decode_tok_s, decode_peak))
+                decode_peak = matmul_peak(config.matmul_dtype)
+                decode_gflops = run_minisgl(llm, prompts[batch], args.new_tokens, args.until_eos, flops)[1]
+            results.append(Result("minisgl", label, batch, tok_s, step_bytes, gflops, peak, same, decode_gflops,
+                                  decode_peak))
             print(f"minisgl {label} batch {batch}: {tok_s:.1f} tok/s", flush=True)
         llm.shutdown()
 
-    if not flops:
-        flops = flops_per_token(AutoModelForCausalLM.from_pretrained(model_dir))
-    report(results, machine, flops, dtype_of)
+    report(results, machine, dtype_of)
     if args.rounds and any(r.engine == "llama.cpp" for r in results) and "gguf" in args.minisgl:
-        single_stream_rounds(model_dir, gguf_path, prompts[1][0], args.new_tokens, args.threads, args.rounds)
+        single_stream_rounds(model_dir, gguf_path, prompts[1][0], args.new_tokens, args.threads, args.rounds,
+                             flops)
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
           + ("  -- BUSY MACHINE: these numbers are not reliable" if os.getloadavg()[0] > 0.5 + args.threads else ""))
 

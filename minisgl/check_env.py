@@ -174,6 +174,7 @@ def check_cpu() -> Check:
         import torch
 
         from minisgl.engine.precision import cached_probe, choose_precision, cpu_name, describe
+        from minisgl.kernel import cpu_kernels
         from minisgl.models.config import ModelConfig
         from minisgl.models.default_model import default_model_dir, is_complete_checkpoint
         from minisgl.models.gguf_weights import find_model_gguf
@@ -185,7 +186,8 @@ def check_cpu() -> Check:
     if not is_complete_checkpoint(model_dir):
         return Check("cpu", "OK", f"{machine}; dtype auto is measured when the embedded model first starts")
     probe = cached_probe(ModelConfig.from_dir(model_dir), tp_size=1, threads=cores)  # a few seconds, once
-    choice = choose_precision(probe, allow_quantized=find_model_gguf(model_dir) is not None)
+    choice = choose_precision(probe, allow_quantized=find_model_gguf(model_dir) is not None,
+                              fp32_kernels=cpu_kernels() is not None)
     return Check("cpu", "OK", f"{machine}; dtype auto -> {describe(choice)} for SmolLM2 ({choice.why})")
 
 

@@ -12,10 +12,11 @@ from safetensors import safe_open
 
 from minisgl.core import Req, SamplingParams, forward_context
 from minisgl.engine import engine as engine_module
+from minisgl.engine import precision
 from minisgl.engine.config import EngineConfig
 from minisgl.engine.engine import Engine
 from minisgl.layers.linear import linear
-from minisgl.layers.prepacked import PrepackedFloatWeight, prepacking_available
+from minisgl.layers.prepacked import PrepackedFloatWeight, bf16_prepacking_available, prepacking_available
 from minisgl.layers.quantized import BlockQ4Weight, PackedInt4Weight, dense_table
 from minisgl.scheduler.batch import make_prefill_batch
 from minisgl.testing.tiny_gguf import make_tiny_gguf_model
@@ -121,3 +122,75 @@ def test_the_dense_copy_a_4bit_layer_keeps_for_large_batches_is_prepacked_too(tm
         assert torch.equal(dense_table(head), checkpoint.get_tensor("model.embed_tokens.weight"))
     finally:
         engine.shutdown()
+
+
+# --- bf16 matmuls under fp32 activations (matmul_dtype="bfloat16") -----------------------------
+
+needs_bf16_prepacking = pytest.mark.skipif(not bf16_prepacking_available(), reason=(
+    "this CPU's oneDNN cannot hold bf16 weights (AVX512-BW/VL/DQ or AVX-NE-CONVERT needed)"))
+
+
+def bf16_tolerance(x: torch.Tensor, weight: torch.Tensor) -> float:
+    """Rounding x and W to bf16 (8 significant bits, relative error <= 2^-8 each) moves a product
+    by at most ~2^-7 of the largest |x| |W| sum; fp32 summation adds far less."""
+    return 2**-7 * (x.abs() @ weight.abs().t()).max().item()
+
+
+@needs_bf16_prepacking
+@pytest.mark.parametrize("rows", [1, 9, 32, 70])
+def test_bf16_matmuls_take_fp32_activations_and_give_fp32_within_bf16_rounding(rows: int) -> None:
+    generator = torch.Generator().manual_seed(100 + rows)
+    weight = torch.randn(48, 160, generator=generator)
+    x = torch.randn(rows, 160, generator=generator)
+    x_before, weight_before = x.clone(), weight.clone()
+    packed = PrepackedFloatWeight.from_dense(weight, keep_dense=False, matmul_dtype=torch.bfloat16)
+    y = packed.matmul(x)
+    assert y.shape == (rows, 48) and y.dtype == torch.float32
+    exact = F.linear(x.double(), weight.double()).float()
+    torch.testing.assert_close(y, exact, rtol=0, atol=bf16_tolerance(x, weight))
+    # what bf16 matmuls are: the product of the bf16-rounded operands, summed in fp32
+    rounded = F.linear(x.bfloat16().float(), weight.bfloat16().float())
+    torch.testing.assert_close(y, rounded, rtol=0, atol=fp32_tolerance(x, weight) + 2**-8 * rounded.abs().max().item())
+    assert torch.equal(x, x_before) and torch.equal(weight, weight_before)
+    assert packed.kernel_bytes == weight.numel() * 2  # half the fp32 bytes per call
+
+
+@needs_bf16_prepacking
+def test_an_engine_with_bf16_matmuls_keeps_fp32_everywhere_else(tmp_path, tiny_model_dir) -> None:
+    model_dir = make_tiny_gguf_model("llama-tied", tmp_path / "q4_1", GGMLQuantizationType.Q4_1)
+    prompt = [1, 300, 301, 302, 9, 9, 9, 40]
+    fp32 = load(model_dir, dtype="float32", quantization="gguf", max_quantized_rows=2)
+    reference = last_logits(fp32, prompt)  # 8 prompt rows > 2: the dense copies' path
+    fp32.shutdown()
+    engine = load(model_dir, dtype="float32", quantization="gguf", max_quantized_rows=2, matmul_dtype="bfloat16")
+    try:
+        assert engine.dtype == torch.float32 and engine.config.matmul_dtype == "bfloat16"
+        state = engine.model.state_dict()
+        int4 = [w for w in state.values() if isinstance(w, (BlockQ4Weight, PackedInt4Weight))]
+        assert int4 and all(w.dense.matmul_dtype == torch.bfloat16 for w in int4)
+        head = engine.model.model.embed_tokens.weight
+        assert head.dense.matmul_dtype == torch.bfloat16
+        checkpoint = safe_open(str(model_dir / "model.safetensors"), framework="pt")
+        assert torch.equal(dense_table(head), checkpoint.get_tensor("model.embed_tokens.weight"))  # fp32 lookups
+        assert engine.kv_pool.k_buffer[0].dtype == torch.float32
+        logits = last_logits(engine, prompt)
+    finally:
+        engine.shutdown()
+    assert logits.dtype == torch.float32
+    torch.testing.assert_close(logits, reference, rtol=0, atol=0.05 * reference.abs().max().item())
+
+
+@pytest.mark.parametrize("config, message", [
+    (dict(dtype="float32", matmul_dtype="float16"), "unknown matmul_dtype"),
+    (dict(dtype="bfloat16", matmul_dtype="bfloat16"), "under fp32 activations"),
+    (dict(dtype="float32", matmul_dtype="bfloat16", deterministic=True), "without --deterministic"),
+], ids=["unknown", "bf16-model", "deterministic"])
+def test_bf16_matmuls_refuse_what_they_do_not_mean(tiny_model_dir, config: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        load(tiny_model_dir("llama-tied"), **config)
+
+
+def test_a_cpu_without_bf16_prepacking_is_told_so(tiny_model_dir, monkeypatch) -> None:
+    monkeypatch.setattr(precision, "bf16_prepacking_available", lambda: False)  # an AVX2-only CPU's answer
+    with pytest.raises(ValueError, match="has no bf16 matmuls.*use matmul_dtype float32"):
+        load(tiny_model_dir("llama-tied"), dtype="float32", matmul_dtype="bfloat16")

@@ -25,6 +25,7 @@ from minisgl.engine.config import EngineConfig
 from minisgl.engine.engine import Engine
 from minisgl.engine.precision import ProbeResult, choose_precision, resolve_precision
 from minisgl.layers import quantized
+from minisgl.layers.prepacked import bf16_prepacking_available
 from minisgl.layers.quantized import (BlockQ4Weight, BlockQ8Weight, Int4Weight, PackedInt4Weight, PackedInt8Weight,
                                       PackedWeight, quantize_q8_0)
 from minisgl.models.config import ModelConfig, ModelError
@@ -341,22 +342,47 @@ def test_quantized_logits_stay_near_the_dense_model(kernels: str, gguf_model) ->
 
 
 def fake_probe(int4_ms: dict[int, float], bf16_factor: float = 3.0) -> ProbeResult:
+    """fp32 matmuls take 10 + rows ms; bf16 ones `bf16_factor` times that, under bf16 or fp32
+    activations alike (the activations' rounding is a small cost the probe would see)."""
     fp32 = {rows: 10.0 + rows for rows in precision.PROBE_ROWS}
+    bf16 = {r: bf16_factor * t for r, t in fp32.items()}
     return ProbeResult(
         key={},
-        ms={"float32": fp32, "bfloat16": {r: bf16_factor * t for r, t in fp32.items()}, "int4": int4_ms},
-        head_ms={name: {r: 1.0 for r in fp32} for name in ("float32", "bfloat16", "int8")},
+        ms={"float32": fp32, "bfloat16": bf16, precision.BF16_MATMULS: bf16, "int4": int4_ms},
+        head_ms={name: {r: 1.0 for r in fp32} for name in ("float32", "bfloat16", precision.BF16_MATMULS, "int8")},
     )
 
 
-def test_auto_takes_int4_for_the_batch_sizes_where_it_wins() -> None:
+@pytest.mark.parametrize("fp32_kernels", [True, False], ids=["c-kernels", "no-c-kernels"])
+def test_auto_takes_int4_for_the_batch_sizes_where_it_wins(fp32_kernels: bool) -> None:
     int4 = {1: 4.0, 2: 5.0, 4: 9.0, 8: 30.0, 16: 60.0, 32: 120.0}  # beats fp32 (11, 12, 14, 18, ...) up to 4 rows
-    choice = choose_precision(fake_probe(int4))
-    assert (choice.dtype, choice.quantization, choice.max_quantized_rows) == ("float32", "gguf", 4)
-    assert choose_precision(fake_probe(int4), allow_quantized=False).quantization == "none"  # no GGUF file
+    choice = choose_precision(fake_probe(int4), fp32_kernels=fp32_kernels)
+    assert (choice.dtype, choice.matmul_dtype, choice.quantization, choice.max_quantized_rows) == (
+        "float32", "float32", "gguf", 4)
+    no_gguf = choose_precision(fake_probe(int4), allow_quantized=False, fp32_kernels=fp32_kernels)
+    assert no_gguf.quantization == "none"
     slower = {rows: 100.0 for rows in precision.PROBE_ROWS}
-    assert choose_precision(fake_probe(slower)).quantization == "none"
-    assert choose_precision(fake_probe(slower, bf16_factor=0.5)).dtype == "bfloat16"  # native bf16 CPU
+    assert choose_precision(fake_probe(slower), fp32_kernels=fp32_kernels).quantization == "none"
+
+
+def test_a_cpu_with_fast_bf16_gets_bf16_matmuls_and_keeps_fp32_activations_for_the_c_kernels() -> None:
+    int4 = {1: 2.0, 2: 3.0, 4: 9.0, 8: 30.0, 16: 60.0, 32: 120.0}
+    fast_bf16 = fake_probe(int4, bf16_factor=0.3)  # an AMX Xeon: bf16 matmuls 3x faster than fp32
+    with_kernels = choose_precision(fast_bf16, fp32_kernels=True)
+    # bf16 matmuls (0.3 x 14 = 4.2 ms at 4 rows) beat int4 (9 ms) from 4 rows on: int4 keeps 1-2 rows
+    assert (with_kernels.dtype, with_kernels.matmul_dtype) == ("float32", "bfloat16")
+    assert (with_kernels.quantization, with_kernels.max_quantized_rows) == ("gguf", 2)
+    assert "bfloat16 weights under float32 activations" in precision.describe(with_kernels)
+    # without minisgl's C kernels nothing needs fp32 activations: bf16 throughout
+    without = choose_precision(fast_bf16, fp32_kernels=False)
+    assert (without.dtype, without.matmul_dtype) == ("bfloat16", "bfloat16")
+    # a user who names fp32 gets fp32 matmuls, however fast bf16 is
+    named = choose_precision(fast_bf16, dtype="float32", fp32_kernels=True)
+    assert (named.dtype, named.matmul_dtype) == ("float32", "float32")
+    # a probe from a PyTorch without oneDNN prepacking has no bf16-matmul entry: never picked
+    no_entry = dataclasses.replace(fast_bf16, ms={k: v for k, v in fast_bf16.ms.items()
+                                                  if k != precision.BF16_MATMULS})
+    assert choose_precision(no_entry, fp32_kernels=True).matmul_dtype == "float32"
 
 
 def test_probe_runs_once_per_machine_and_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -399,7 +425,9 @@ def test_cpu_share_sees_a_process_that_waits_and_one_that_computes() -> None:
 def test_the_real_probe_measures_every_variant() -> None:
     model = tiny_config()
     result = precision.run_probe(model, tp_size=1, threads=1)
-    assert set(result.ms) == {"float32", "bfloat16", "int4"} and set(result.head_ms) == {"float32", "bfloat16", "int8"}
+    bf16_matmuls = {precision.BF16_MATMULS} if bf16_prepacking_available() else set()
+    assert set(result.ms) == {"float32", "bfloat16", "int4"} | bf16_matmuls
+    assert set(result.head_ms) == {"float32", "bfloat16", "int8"} | bf16_matmuls
     assert all(ms > 0 for times in result.ms.values() for ms in times.values())
 
 

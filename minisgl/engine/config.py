@@ -40,6 +40,9 @@ class EngineConfig:
     # "none"; auto: gguf when dtype is auto, a GGUF is there, and the probe finds it faster
     max_quantized_rows: int | None = None  # with gguf: batches up to this many rows take the int4/int8 kernels,
     # larger ones dense weights; None: the probe's crossover
+    matmul_dtype: str = "auto"  # CPU, fp32 activations: the dtype dense weights multiply in; "bfloat16" rounds
+    # each matmul's inputs to bf16 (AMX / AVX512-BF16 units, fp32 sums); auto: bf16 where dtype auto's probe
+    # finds it faster, else dtype
     deterministic: bool = False  # batch-invariant: a request's tokens never depend on its batch (CPU)
     moe_parallel: str = "tp"  # a mixture-of-experts model's experts: "tp" splits each one, "ep" places
     # whole experts per rank and sends tokens to them (chapter 14)

@@ -218,7 +218,8 @@ class Engine:
             raise ValueError(f"checkpoint has no tensor for {still_empty[:3]}")
         if (self.device.type == "cpu" and self.dtype == torch.float32 and not self.config.deterministic
                 and self.config.tp_ops is None and prepacking_available()):
-            prepack_linear_weights(self.model)  # oneDNN's layout once, instead of a BLAS repack per call
+            # oneDNN's layout once, instead of a BLAS repack per call
+            prepack_linear_weights(self.model, resolve_dtype(self.config.matmul_dtype))
 
     def _sync_num_pages(self) -> int:
         """Pages every rank can afford; the minimum over ranks, so all ranks admit the same requests."""

@@ -1,8 +1,14 @@
 """`dtype="auto"` and `quantization="auto"` by measurement (chapter 04, "Quantized shards"): CPUs
 differ too much to guess (an AVX2 laptop computes bf16 slower than fp32, an AMX Xeon many times
 faster), so a short probe times the matmuls of one decode step at this model's real shapes, as fp32
-and bf16 dense weights and as the GGUF's quantized weights (4-bit linear layers, an 8-bit LM head),
-at a few batch sizes, and the engine takes the winner. The probe runs once per CPU model, torch
+and bf16 dense weights, as bf16 weights under fp32 activations, and as the GGUF's quantized weights
+(4-bit linear layers, an 8-bit LM head), at a few batch sizes, and the engine takes the winner.
+The probe times matmuls only; what it cannot see is one rule: where minisgl's C kernels are built,
+"auto" keeps fp32 activations, because those kernels (norms, RoPE, attention, SiLU, the 4-bit
+matmuls) and the CPU graphs replaying them take fp32 only, and with bf16 activations all of that
+runs as eager PyTorch. On a CPU with fast bf16 (an AMX Xeon) it then takes bf16 for the dense
+matmuls alone (prepacked.py). Measured there, 2 cores, SmolLM2, batch 1: 6.6 ms of matmuls either
+way, but 23.8 ms per step with bf16 activations against 9.4 ms with fp32 ones. The probe runs once per CPU model, torch
 version, thread count and model shape; its result is cached under the minisgl cache dir, and
 `python -m minisgl.check_env` prints it.
 Across machines (--nnodes > 1) "auto" is fp32 without a probe: each machine's could choose differently.
@@ -23,10 +29,11 @@ from pathlib import Path
 
 import torch
 
+from minisgl.kernel import cpu_kernels
 from minisgl.layers import local_kv_heads, vocab_shard_size
 from minisgl.layers.base import Weight
 from minisgl.layers.linear import linear
-from minisgl.layers.prepacked import PrepackedFloatWeight, prepacking_available
+from minisgl.layers.prepacked import PrepackedFloatWeight, bf16_prepacking_available, prepacking_available
 from minisgl.layers.quantized import Int4Weight, PackedWeight, quantize_q8_0
 from minisgl.models.config import ModelConfig
 from minisgl.models.gguf_weights import find_model_gguf
@@ -42,34 +49,42 @@ SAMPLES = 3  # the median of 3 passes, so one noisy pass (another process waking
 MIN_CPU_SHARE = 0.75  # below it the probe shared its cores with other work: its result is not cached
 GIVE_UP_FACTOR = 3.0  # one pass this much slower than the best variant so far is enough to rule it out
 DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-PROBE_VERSION = 6  # bump when the measurement (or a kernel it times) changes, so old results are not reused
+BF16_MATMULS = "float32+bf16"  # the probe's name for fp32 activations multiplied by bf16 weights (prepacked.py)
+PROBE_VERSION = 7  # bump when the measurement (or a kernel it times) changes, so old results are not reused
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Precision:
-    """The resolved choice: weights and activations in `dtype`; with quantization "gguf", the
-    quantized weights for batches of at most `max_quantized_rows` rows (None: every batch)."""
+    """The resolved choice: weights and activations in `dtype`, dense matmuls in `matmul_dtype`; with
+    quantization "gguf", the quantized weights for batches of at most `max_quantized_rows` rows
+    (None: every batch)."""
 
     dtype: str
     quantization: str
     max_quantized_rows: int | None
     why: str
+    matmul_dtype: str = ""  # "": dtype
+
+    def __post_init__(self) -> None:
+        if not self.matmul_dtype:
+            object.__setattr__(self, "matmul_dtype", self.dtype)
 
 
 @dataclass
 class ProbeResult:
     key: dict[str, str | int]
-    ms: dict[str, dict[int, float]]  # dtype or "int4" -> rows -> ms per decode step (all layers' linears)
-    head_ms: dict[str, dict[int, float]]  # dtype or "int8" -> rows -> ms of the LM head matmul
+    ms: dict[str, dict[int, float]]  # dense form or "int4" -> rows -> ms per decode step (all layers' linears)
+    head_ms: dict[str, dict[int, float]]  # dense form or "int8" -> rows -> ms of the LM head matmul
+    # a dense form: a dtype name (weights and activations), or BF16_MATMULS
 
-    def step_ms(self, dtype: str, quantized_rows: int | None, rows: int) -> float:
+    def step_ms(self, dense: str, quantized_rows: int | None, rows: int) -> float:
         """A decode step's matmuls at `rows` rows: quantized (4-bit linears, 8-bit head) up to
-        `quantized_rows` rows, dense `dtype` weights above."""
+        `quantized_rows` rows, `dense` weights above."""
         if quantized_rows is not None and rows <= quantized_rows:
             return self.ms["int4"][rows] + self.head_ms["int8"][rows]
-        return self.ms[dtype][rows] + self.head_ms[dtype][rows]
+        return self.ms[dense][rows] + self.head_ms[dense][rows]
 
 
 def resolve_precision(config: EngineConfig) -> EngineConfig:
@@ -90,7 +105,18 @@ def resolve_precision(config: EngineConfig) -> EngineConfig:
             raise ValueError("custom tp_ops (the capstone) run dense weights their own way; "
                              "drop quantization='gguf' and deterministic=True")
         quantization = "none"
+    if config.matmul_dtype not in ("auto", "float32", "bfloat16"):
+        raise ValueError(f"unknown matmul_dtype {config.matmul_dtype!r}; use auto, float32 or bfloat16")
+    if config.matmul_dtype == "bfloat16":
+        if device != "cpu" or config.dtype != "float32" or config.deterministic:
+            raise ValueError("matmul_dtype bfloat16 means bf16 matmuls under fp32 activations on a CPU: use it with "
+                             "dtype float32, without --deterministic (or set dtype bfloat16 for bf16 throughout)")
+        if not bf16_prepacking_available():
+            raise ValueError("this CPU's oneDNN has no bf16 matmuls for prepacked weights (they need AVX512-BW/VL/DQ "
+                             "or AVX-NE-CONVERT); use matmul_dtype float32")
     config = _resolve(config, device, quantization)
+    if config.matmul_dtype == "auto":
+        config = dataclasses.replace(config, matmul_dtype=config.dtype)
     if config.deterministic and config.quantization == "gguf":
         # the int4 / int8 kernels compute each row on its own, whatever the batch: keep them for every batch,
         # since switching to the dense copy above max_quantized_rows would depend on the batch size
@@ -120,22 +146,33 @@ def _resolve(config: EngineConfig, device: str, quantization: str) -> EngineConf
     threads = config.rank_cpu_threads  # what each rank will run with
     choice = choose_precision(cached_probe(model, config.tp_info.size, threads),
                               dtype=None if config.dtype == "auto" else config.dtype,
-                              allow_quantized=has_gguf and quantization != "none" and not model.num_experts)
+                              allow_quantized=has_gguf and quantization != "none" and not model.num_experts,
+                              fp32_kernels=cpu_kernels() is not None)
     logger.info("dtype %s on this CPU: %s (%s)", config.dtype, describe(choice), choice.why)
     if quantization == "gguf" and choice.quantization != "gguf":  # asked for: use it where it is fastest
         choice = dataclasses.replace(choice, quantization="gguf", max_quantized_rows=1)
     max_rows = config.max_quantized_rows if config.max_quantized_rows is not None else choice.max_quantized_rows
+    matmul_dtype = choice.matmul_dtype if config.matmul_dtype == "auto" else config.matmul_dtype
     return dataclasses.replace(config, dtype=choice.dtype, quantization=choice.quantization,
-                               max_quantized_rows=max_rows)
+                               max_quantized_rows=max_rows, matmul_dtype=matmul_dtype)
 
 
-def choose_precision(probe: ProbeResult, dtype: str | None = None, allow_quantized: bool = True) -> Precision:
+def choose_precision(probe: ProbeResult, dtype: str | None = None, allow_quantized: bool = True, *,
+                     fp32_kernels: bool) -> Precision:
     """The variant whose decode step is fastest on geometric average over `SCORE_ROWS`, each batch
     size measured relative to its best variant. Quantized weights serve the batch sizes where they
     beat the dense weights (few rows: memory-bound), dense weights the rest; quantized weights that
-    win at every probed size serve every batch, and the model keeps no dense copy."""
-    candidates: list[tuple[str, int | None]] = []  # (dtype, quantized up to this many rows; None: dense)
-    for name in [dtype] if dtype else list(DTYPE_NAMES):
+    win at every probed size serve every batch, and the model keeps no dense copy. `dtype` None is
+    "auto": with `fp32_kernels` (minisgl's C kernels, which take fp32 only, are built) activations
+    stay fp32, the dense matmuls fp32 or bf16 (see the module's docstring)."""
+    if dtype:
+        dense_forms = [dtype]
+    elif fp32_kernels:
+        dense_forms = ["float32"] + [BF16_MATMULS] * (BF16_MATMULS in probe.ms)
+    else:
+        dense_forms = list(DTYPE_NAMES)
+    candidates: list[tuple[str, int | None]] = []  # (dense form, quantized up to this many rows; None: dense)
+    for name in dense_forms:
         candidates.append((name, None))
         wins_up_to = None  # the quantized kernels serve batches up to the first size where they lose
         for rows in PROBE_ROWS:
@@ -155,20 +192,25 @@ def choose_precision(probe: ProbeResult, dtype: str | None = None, allow_quantiz
                       + "/".join(f"{probe.step_ms(n, r, rows):.1f}" for rows in SCORE_ROWS)
                       for n, r in candidates)
     why = f"ms per decode step at batch {'/'.join(map(str, SCORE_ROWS))}: {steps}"
+    dtype_name, matmul_dtype = ("float32", "bfloat16") if name == BF16_MATMULS else (name, name)
     if quantized_rows is None:
-        return Precision(name, "none", None, why)
-    return Precision(name, "gguf", None if quantized_rows == EVERY_BATCH else quantized_rows, why)
+        return Precision(dtype_name, "none", None, why, matmul_dtype)
+    return Precision(dtype_name, "gguf", None if quantized_rows == EVERY_BATCH else quantized_rows, why,
+                     matmul_dtype)
 
 
 def describe(precision: Precision) -> str:
     """One line for check_env and the logs: what `auto` picked."""
-    if precision.quantization == "none":
+    if precision.matmul_dtype != precision.dtype:
+        dense = f"{precision.matmul_dtype} weights under {precision.dtype} activations (prepacked for oneDNN)"
+    else:
         prepacked = precision.dtype == "float32" and prepacking_available()
-        return f"{precision.dtype} weights{' (prepacked for oneDNN)' if prepacked else ''}"
+        dense = f"{precision.dtype} weights{' (prepacked for oneDNN)' if prepacked else ''}"
+    if precision.quantization == "none":
+        return dense
     if precision.max_quantized_rows is None:
         return f"the GGUF's 4-/8-bit weights for every batch, {precision.dtype} activations"
-    return (f"{precision.dtype} weights, the GGUF's 4-/8-bit weights for batches of <= "
-            f"{precision.max_quantized_rows} rows")
+    return f"{dense}, the GGUF's 4-/8-bit weights for batches of <= {precision.max_quantized_rows} rows"
 
 
 def probe_key(model: ModelConfig, tp_size: int, threads: int) -> dict[str, str | int]:
@@ -226,10 +268,14 @@ def run_probe(model: ModelConfig, tp_size: int, threads: int) -> ProbeResult:
     try:
         ms: dict[str, dict[int, float]] = {}
         head_ms: dict[str, dict[int, float]] = {}
-        for name, dtype in DTYPE_NAMES.items():
-            weights = [_engine_form(torch.randn(s, generator=generator).to(dtype)) for s in shapes * num_probe_layers]
+        forms = [(name, dtype, dtype) for name, dtype in DTYPE_NAMES.items()]  # (name, activations, weights)
+        if bf16_prepacking_available():
+            forms.append((BF16_MATMULS, torch.float32, torch.bfloat16))
+        for name, dtype, matmul_dtype in forms:
+            weights = [_engine_form(torch.randn(s, generator=generator), dtype, matmul_dtype)
+                       for s in shapes * num_probe_layers]
             ms[name] = _time_rows(weights, dtype, ms, scale)
-            head = _engine_form(torch.randn(head_shape, generator=generator).to(dtype))
+            head = _engine_form(torch.randn(head_shape, generator=generator), dtype, matmul_dtype)
             head_ms[name] = _time_rows([head], dtype, head_ms, 1.0)
             del weights
         try:
@@ -253,11 +299,12 @@ def rank_linear_shapes(model: ModelConfig, tp_size: int) -> list[tuple[int, int]
             (2 * local_ffn, model.hidden_size), (model.hidden_size, local_ffn)]
 
 
-def _engine_form(weight: torch.Tensor) -> Weight:
-    """A dense weight as the engine will hold it: fp32 prepacked for oneDNN where it can be (prepacked.py)."""
-    if weight.dtype == torch.float32 and prepacking_available():
-        return PrepackedFloatWeight.from_dense(weight, keep_dense=False)
-    return weight
+def _engine_form(weight: torch.Tensor, dtype: torch.dtype, matmul_dtype: torch.dtype) -> Weight:
+    """An fp32 weight as the engine will hold it for `dtype` activations and `matmul_dtype` matmuls:
+    under fp32 activations prepacked for oneDNN where it can be (prepacked.py)."""
+    if dtype == torch.float32 and prepacking_available():
+        return PrepackedFloatWeight.from_dense(weight, keep_dense=False, matmul_dtype=matmul_dtype)
+    return weight.to(dtype)
 
 
 def _random_int4(shape: tuple[int, int], generator: torch.Generator) -> PackedWeight:

@@ -1,4 +1,4 @@
-"""fp32 linear weights reordered once, at load, into oneDNN's blocked layout (CPU only; chapter 04).
+"""Dense linear weights reordered once, at load, into oneDNN's blocked layout (CPU only; chapter 04).
 
 `F.linear` on the CPU hands a [out, in] weight to a BLAS GEMM, which copies it into the panel
 layout its inner kernel reads, on every call. With a few dozen rows (a decode batch) that copy is
@@ -11,13 +11,20 @@ Measured on 2 AVX2 cores, one call at a time: the SmolLM2 LM head [49152, 576] a
 46.6 -> 20.8 ms, gate_up_proj [3072, 576] 1.26 -> 0.85 ms; at 1 row most layers are as fast
 either way. Whole decode steps: `benchmark/offline_throughput.py`.
 
+The packed copy may hold bf16 while the model computes in fp32 (`matmul_dtype`): each call rounds
+its activations to bf16, multiplies on the CPU's bf16 units (AMX tiles, AVX512-BF16) with fp32
+sums, and widens the result back. Everything else of the step (norms, RoPE, attention, SiLU) stays
+fp32 in minisgl's C kernels, which bf16 activations would lose. `dtype="auto"` takes this where its
+probe finds bf16 matmuls faster (precision.py).
+
 Not used for `--deterministic` (it keeps the fixed-tile F.linear calls whose rows cannot depend on
-the batch), for the capstone (its own matmuls take plain tensors), nor for bf16 (that path needs
-AVX-512 or AVX-NE-CONVERT, and F.linear already reaches oneDNN there).
+the batch), for the capstone (its own matmuls take plain tensors), nor for bf16 models (that path
+needs AVX-512 or AVX-NE-CONVERT, and F.linear already reaches oneDNN there).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -38,31 +45,51 @@ def prepacking_available() -> bool:
             and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
+@functools.cache
+def bf16_prepacking_available() -> bool:
+    """Whether oneDNN can hold bf16 weights on this CPU (it needs AVX512-BW/VL/DQ or AVX-NE-CONVERT;
+    on an AVX2-only CPU the reorder refuses), tried once on a small weight."""
+    if not prepacking_available():
+        return False
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(8, 32, dtype=torch.bfloat16), REORDER_FOR_ROWS)
+    except RuntimeError:
+        return False
+    return True
+
+
 @dataclass
 class PrepackedFloatWeight(PackedWeight):
-    """An fp32 weight in oneDNN's layout. `dense` is kept only where the plain rows are read too
-    (the tied embedding's lookups)."""
+    """An fp32 weight in oneDNN's layout, stored as `matmul_dtype` (fp32, or bf16 for bf16 matmuls
+    under fp32 activations). `dense` is kept only where the plain fp32 rows are read too (the tied
+    embedding's lookups)."""
 
-    packed: torch.Tensor  # opaque oneDNN tensor standing for [out, in] fp32
+    packed: torch.Tensor  # opaque oneDNN tensor standing for [out, in] in matmul_dtype
+    matmul_dtype: torch.dtype = torch.float32
 
     @staticmethod
-    def from_dense(weight: torch.Tensor, keep_dense: bool) -> PrepackedFloatWeight:
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), REORDER_FOR_ROWS)
-        return PrepackedFloatWeight(weight.shape, weight if keep_dense else None, None, packed)
+    def from_dense(weight: torch.Tensor, keep_dense: bool,
+                   matmul_dtype: torch.dtype = torch.float32) -> PrepackedFloatWeight:
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight.to(matmul_dtype).contiguous(), REORDER_FOR_ROWS)
+        return PrepackedFloatWeight(weight.shape, weight if keep_dense else None, None, packed, matmul_dtype)
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
-        """x [tokens, in] fp32 @ W.T -> [tokens, out] fp32."""
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
+        """x [tokens, in] fp32 @ W.T -> [tokens, out] fp32 (multiplied in matmul_dtype)."""
+        if self.matmul_dtype == torch.float32:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
+        narrow = x.to(self.matmul_dtype)  # [tokens, in] bf16: the rounding this matmul dtype costs
+        return torch.ops.mkldnn._linear_pointwise(narrow, self.packed, None, "none", [], "").to(x.dtype)
 
     @property
     def kernel_bytes(self) -> int:
-        return self.shape.numel() * 4
+        return self.shape.numel() * self.matmul_dtype.itemsize
 
 
-def prepack_linear_weights(model: BaseOP) -> None:
-    """Swap every fp32 weight a matmul reads (linear layers, the LM head) for its prepacked form, in
-    place, and so the dense copy a quantized weight keeps for large batches. Other dtypes stay
-    plain tensors, and the rows a tied embedding looks up stay readable beside the packed form."""
+def prepack_linear_weights(model: BaseOP, matmul_dtype: torch.dtype = torch.float32) -> None:
+    """Swap every fp32 weight a matmul reads (linear layers, the LM head) for its prepacked form in
+    `matmul_dtype`, in place, and so the dense copy a quantized weight keeps for large batches.
+    Other dtypes stay plain tensors, and the rows a tied embedding looks up stay readable (fp32)
+    beside the packed form."""
     for op in _walk(model):
         if isinstance(op, _LinearBase):
             owner, keep_dense = op, False
@@ -73,10 +100,10 @@ def prepack_linear_weights(model: BaseOP) -> None:
             continue
         weight = owner.weight
         if _is_cpu_fp32(weight):
-            owner.weight = PrepackedFloatWeight.from_dense(weight, keep_dense)
+            owner.weight = PrepackedFloatWeight.from_dense(weight, keep_dense, matmul_dtype)
         elif isinstance(weight, PackedWeight) and _is_cpu_fp32(weight.dense):
             # a quantized weight's dense copy serves its large batches; a tied head's also its lookups
-            weight.dense = PrepackedFloatWeight.from_dense(weight.dense, keep_dense)
+            weight.dense = PrepackedFloatWeight.from_dense(weight.dense, keep_dense, matmul_dtype)
 
 
 def _is_cpu_fp32(weight: object) -> bool:
