@@ -182,9 +182,10 @@ def test_an_engine_with_bf16_matmuls_keeps_fp32_everywhere_else(tmp_path, tiny_m
 
 @pytest.mark.parametrize("config, message", [
     (dict(dtype="float32", matmul_dtype="float16"), "unknown matmul_dtype"),
-    (dict(dtype="bfloat16", matmul_dtype="bfloat16"), "under fp32 activations"),
+    (dict(dtype="auto", matmul_dtype="bfloat16"), "use it with dtype float32"),
+    (dict(dtype="bfloat16", matmul_dtype="float32"), "under fp32 activations"),
     (dict(dtype="float32", matmul_dtype="bfloat16", deterministic=True), "without --deterministic"),
-], ids=["unknown", "bf16-model", "deterministic"])
+], ids=["unknown", "auto", "bf16-model", "deterministic"])
 def test_bf16_matmuls_refuse_what_they_do_not_mean(tiny_model_dir, config: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         load(tiny_model_dir("llama-tied"), **config)

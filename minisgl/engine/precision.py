@@ -105,13 +105,14 @@ def resolve_precision(config: EngineConfig) -> EngineConfig:
             raise ValueError("custom tp_ops (the capstone) run dense weights their own way; "
                              "drop quantization='gguf' and deterministic=True")
         quantization = "none"
-    if config.matmul_dtype not in ("auto", "float32", "bfloat16"):
-        raise ValueError(f"unknown matmul_dtype {config.matmul_dtype!r}; use auto, float32 or bfloat16")
-    if config.matmul_dtype == "bfloat16":
+    if config.matmul_dtype not in ("auto", config.dtype):  # the same as dtype: what a resolved config holds
+        if config.matmul_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"unknown matmul_dtype {config.matmul_dtype!r}; use auto, float32 or bfloat16")
         if device != "cpu" or config.dtype != "float32" or config.deterministic:
-            raise ValueError("matmul_dtype bfloat16 means bf16 matmuls under fp32 activations on a CPU: use it with "
-                             "dtype float32, without --deterministic (or set dtype bfloat16 for bf16 throughout)")
-        if not bf16_prepacking_available():
+            raise ValueError(f"matmul_dtype {config.matmul_dtype} means {config.matmul_dtype} matmuls under fp32 "
+                             "activations on a CPU: use it with dtype float32, without --deterministic (or set dtype "
+                             "bfloat16 for bf16 throughout)")
+        if config.matmul_dtype == "bfloat16" and not bf16_prepacking_available():
             raise ValueError("this CPU's oneDNN has no bf16 matmuls for prepacked weights (they need AVX512-BW/VL/DQ "
                              "or AVX-NE-CONVERT); use matmul_dtype float32")
     config = _resolve(config, device, quantization)
@@ -144,8 +145,9 @@ def _resolve(config: EngineConfig, device: str, quantization: str) -> EngineConf
     if quantization == "gguf" and config.dtype != "auto" and rows_known:
         return config  # nothing left to measure
     threads = config.rank_cpu_threads  # what each rank will run with
+    named = BF16_MATMULS if config.matmul_dtype == "bfloat16" else config.dtype  # a dense form, or "auto"
     choice = choose_precision(cached_probe(model, config.tp_info.size, threads),
-                              dtype=None if config.dtype == "auto" else config.dtype,
+                              dtype=None if named == "auto" else named,
                               allow_quantized=has_gguf and quantization != "none" and not model.num_experts,
                               fp32_kernels=cpu_kernels() is not None)
     logger.info("dtype %s on this CPU: %s (%s)", config.dtype, describe(choice), choice.why)
@@ -162,9 +164,10 @@ def choose_precision(probe: ProbeResult, dtype: str | None = None, allow_quantiz
     """The variant whose decode step is fastest on geometric average over `SCORE_ROWS`, each batch
     size measured relative to its best variant. Quantized weights serve the batch sizes where they
     beat the dense weights (few rows: memory-bound), dense weights the rest; quantized weights that
-    win at every probed size serve every batch, and the model keeps no dense copy. `dtype` None is
-    "auto": with `fp32_kernels` (minisgl's C kernels, which take fp32 only, are built) activations
-    stay fp32, the dense matmuls fp32 or bf16 (see the module's docstring)."""
+    win at every probed size serve every batch, and the model keeps no dense copy. `dtype` is the
+    dense form a user named (a dtype, or BF16_MATMULS for matmul_dtype bfloat16); None is "auto":
+    with `fp32_kernels` (minisgl's C kernels, which take fp32 only, are built) activations stay
+    fp32, the dense matmuls fp32 or bf16 (see the module's docstring)."""
     if dtype:
         dense_forms = [dtype]
     elif fp32_kernels:

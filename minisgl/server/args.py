@@ -88,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--quantization", default=defaults.quantization, choices=["auto", "none", "gguf"],
                        help="gguf = 4-bit linear weights from the *.gguf file next to the checkpoint (CPU; the "
                             "embedded model has one); auto = gguf when --dtype is auto and the probe finds it faster")
+    model.add_argument("--matmul-dtype", default=defaults.matmul_dtype, choices=["auto", "float32", "bfloat16"],
+                       help="CPU, float32 activations: the dtype dense weights multiply in; bfloat16 = bf16 matmuls "
+                            "(AMX / AVX512-BF16) with everything else fp32; auto = bfloat16 when --dtype is auto and "
+                            "the probe finds it faster, else --dtype")
 
     parallel = parser.add_argument_group("processes and devices")
     parallel.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1, metavar="N",
@@ -194,6 +198,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         device=device,
         dtype=ns.dtype,
         quantization=ns.quantization,
+        matmul_dtype=ns.matmul_dtype,
         deterministic=ns.deterministic,
         page_size=ns.page_size,
         num_pages=ns.num_pages,
