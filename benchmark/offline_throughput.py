@@ -61,7 +61,8 @@ from minisgl.models.gguf_weights import find_model_gguf
 LLAMA_CPP_INSTALL = 'CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) .venv/bin/pip install "llama-cpp-python==0.3.36"'
 LLAMA_CPP_WITHOUT_AMX = ('CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON '
                          '-DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON" '
-                         + LLAMA_CPP_INSTALL.replace("pip install", "pip install --force-reinstall --no-deps --no-cache-dir"))
+                         + LLAMA_CPP_INSTALL.replace("pip install",
+                                                     "pip install --force-reinstall --no-deps --no-cache-dir"))
 MINISGL_VARIANTS = {"float32": dict(dtype="float32", quantization="none"),
                     "bfloat16": dict(dtype="bfloat16", quantization="none"),
                     "gguf": dict(dtype="auto", quantization="gguf")}  # 4-bit weights, dtype as auto picks

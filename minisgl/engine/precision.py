@@ -8,9 +8,9 @@ The probe times matmuls only; what it cannot see is one rule: where minisgl's C 
 matmuls) and the CPU graphs replaying them take fp32 only, and with bf16 activations all of that
 runs as eager PyTorch. On a CPU with fast bf16 (an AMX Xeon) it then takes bf16 for the dense
 matmuls alone (prepacked.py). Measured there, 2 cores, SmolLM2, batch 1: 6.6 ms of matmuls either
-way, but 23.8 ms per step with bf16 activations against 9.4 ms with fp32 ones. The probe runs once per CPU model, torch
-version, thread count and model shape; its result is cached under the minisgl cache dir, and
-`python -m minisgl.check_env` prints it.
+way, but 23.8 ms per step with bf16 activations against 9.4 ms with fp32 ones.
+The probe runs once per CPU model, torch version, thread count and model shape; its result is
+cached under the minisgl cache dir, and `python -m minisgl.check_env` prints it.
 Across machines (--nnodes > 1) "auto" is fp32 without a probe: each machine's could choose differently.
 """
 
@@ -62,14 +62,10 @@ class Precision:
     (None: every batch)."""
 
     dtype: str
+    matmul_dtype: str
     quantization: str
     max_quantized_rows: int | None
     why: str
-    matmul_dtype: str = ""  # "": dtype
-
-    def __post_init__(self) -> None:
-        if not self.matmul_dtype:
-            object.__setattr__(self, "matmul_dtype", self.dtype)
 
 
 @dataclass
@@ -197,9 +193,8 @@ def choose_precision(probe: ProbeResult, dtype: str | None = None, allow_quantiz
     why = f"ms per decode step at batch {'/'.join(map(str, SCORE_ROWS))}: {steps}"
     dtype_name, matmul_dtype = ("float32", "bfloat16") if name == BF16_MATMULS else (name, name)
     if quantized_rows is None:
-        return Precision(dtype_name, "none", None, why, matmul_dtype)
-    return Precision(dtype_name, "gguf", None if quantized_rows == EVERY_BATCH else quantized_rows, why,
-                     matmul_dtype)
+        return Precision(dtype_name, matmul_dtype, "none", None, why)
+    return Precision(dtype_name, matmul_dtype, "gguf", None if quantized_rows == EVERY_BATCH else quantized_rows, why)
 
 
 def describe(precision: Precision) -> str:
