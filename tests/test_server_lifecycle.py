@@ -67,7 +67,7 @@ def assert_all_gone(processes: list[psutil.Process], timeout_s: float = 10.0) ->
         (["--cuda-graph-max-bs", "-1"], "--cuda-graph-max-bs must be >= 0"),
         (["--attn", "flashinfer"], "attention backend 'flashinfer' runs on CUDA only"),
         (["--quantization", "gguf", "--load-format", "dummy"], "--load-format dummy has no GGUF to quantize from"),
-        (["--matmul-dtype", "bfloat16", "--deterministic"], "bf16 matmuls under fp32 activations"),
+        (["--matmul-dtype", "bfloat16", "--deterministic"], "use it with dtype float32, without --deterministic"),
     ],
 )
 def test_bad_flags_fail_fast_with_one_line(args, message):
