@@ -385,6 +385,21 @@ def test_a_cpu_with_fast_bf16_gets_bf16_matmuls_and_keeps_fp32_activations_for_t
     assert choose_precision(no_entry, fp32_kernels=True).matmul_dtype == "float32"
 
 
+def test_auto_on_a_fast_bf16_cpu_takes_bf16_matmuls_but_not_for_deterministic_runs(gguf_model, monkeypatch):
+    fast_bf16 = fake_probe({1: 2.0, 2: 3.0, 4: 9.0, 8: 30.0, 16: 60.0, 32: 120.0}, bf16_factor=0.3)
+    monkeypatch.setattr(precision, "cached_probe", lambda *args: fast_bf16)
+    monkeypatch.setattr(precision, "cpu_kernels", lambda: object())  # as where the C kernels are built
+    model_dir = gguf_model(GGMLQuantizationType.Q4_1)
+    free = resolve_precision(EngineConfig(model_dir))
+    assert (free.dtype, free.matmul_dtype, free.quantization, free.max_quantized_rows) == (
+        "float32", "bfloat16", "gguf", 2)
+    # fixed-tile matmuls (and never a prepacked weight) for --deterministic: nothing runs in bf16
+    fixed = resolve_precision(EngineConfig(model_dir, deterministic=True))
+    assert (fixed.dtype, fixed.matmul_dtype, fixed.max_quantized_rows) == ("float32", "float32", None)
+    for resolved in (free, fixed):  # the engine resolves the launcher's config again: it must stand
+        assert resolve_precision(resolved) == resolved
+
+
 def test_probe_runs_once_per_machine_and_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("MINISGL_CACHE_DIR", str(tmp_path))
     calls = []

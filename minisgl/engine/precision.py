@@ -112,7 +112,7 @@ def resolve_precision(config: EngineConfig) -> EngineConfig:
             raise ValueError("this CPU's oneDNN has no bf16 matmuls for prepacked weights (they need AVX512-BW/VL/DQ "
                              "or AVX-NE-CONVERT); use matmul_dtype float32")
     config = _resolve(config, device, quantization)
-    if config.matmul_dtype == "auto":
+    if config.matmul_dtype == "auto" or config.deterministic:  # deterministic: fixed-tile matmuls in dtype
         config = dataclasses.replace(config, matmul_dtype=config.dtype)
     if config.deterministic and config.quantization == "gguf":
         # the int4 / int8 kernels compute each row on its own, whatever the batch: keep them for every batch,
