@@ -396,7 +396,13 @@ def test_auto_on_a_fast_bf16_cpu_takes_bf16_matmuls_but_not_for_deterministic_ru
     # fixed-tile matmuls (and never a prepacked weight) for --deterministic: nothing runs in bf16
     fixed = resolve_precision(EngineConfig(model_dir, deterministic=True))
     assert (fixed.dtype, fixed.matmul_dtype, fixed.max_quantized_rows) == ("float32", "float32", None)
-    for resolved in (free, fixed):  # the engine resolves the launcher's config again: it must stand
+    # a bf16 model whose 4-bit weights win at every batch: resolved again (with matmul_dtype bfloat16 now),
+    # it stays a bf16 model rather than becoming fp32 activations with bf16 matmuls
+    every_batch = dataclasses.replace(fast_bf16, ms={**fast_bf16.ms, "int4": {r: 0.1 for r in precision.PROBE_ROWS}})
+    monkeypatch.setattr(precision, "cached_probe", lambda *args: every_batch)
+    bf16_model = resolve_precision(EngineConfig(model_dir, dtype="bfloat16", quantization="gguf"))
+    assert (bf16_model.dtype, bf16_model.matmul_dtype, bf16_model.max_quantized_rows) == ("bfloat16", "bfloat16", None)
+    for resolved in (free, fixed, bf16_model):  # the engine resolves the launcher's config again: it must stand
         assert resolve_precision(resolved) == resolved
 
 

@@ -141,7 +141,8 @@ def _resolve(config: EngineConfig, device: str, quantization: str) -> EngineConf
     if quantization == "gguf" and config.dtype != "auto" and rows_known:
         return config  # nothing left to measure
     threads = config.rank_cpu_threads  # what each rank will run with
-    named = BF16_MATMULS if config.matmul_dtype == "bfloat16" else config.dtype  # a dense form, or "auto"
+    # the dense form a user named, or "auto"; bf16 matmuls are a form of their own only under fp32 activations
+    named = BF16_MATMULS if (config.dtype, config.matmul_dtype) == ("float32", "bfloat16") else config.dtype
     choice = choose_precision(cached_probe(model, config.tp_info.size, threads),
                               dtype=None if named == "auto" else named,
                               allow_quantized=has_gguf and quantization != "none" and not model.num_experts,
