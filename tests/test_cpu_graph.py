@@ -17,6 +17,7 @@ from minisgl.engine.config import EngineConfig
 from minisgl.engine.engine import Engine
 from minisgl.kernel.cpu import cpu_kernels
 from minisgl.kernel.cpu.graph import NotCapturable, capture
+from minisgl.layers.amx_tiles import amx_tiles_available
 from minisgl.scheduler.batch import make_decode_batch, make_prefill_batch
 from minisgl.server.args import ArgsError, check_args, parse_args
 from minisgl.testing.tiny_gguf import make_tiny_gguf_model
@@ -160,6 +161,23 @@ def test_a_step_with_pytorch_work_runs_eagerly_and_caps_the_graphs(q4_model, cap
             pairs = decode_both_ways(engine, [[1, 5, 9], [1, 300, 301, 302], [1, 77, 78]], steps=4)
         assert "decode batches of 3 or more requests run eagerly" in caplog.text
         assert engine.cpu_graphs.max_bs == 2 and sorted(engine.cpu_graphs.graphs) == [2]
+        for eager, graph in pairs:
+            assert torch.equal(eager, graph)
+    finally:
+        engine.shutdown()
+
+
+@needs_kernels
+@pytest.mark.skipif(not amx_tiles_available(), reason="no AMX-BF16 here: bf16 matmuls are oneDNN's (PyTorch ops)")
+@pytest.mark.parametrize("quantization", ["gguf", "none"])
+def test_with_bf16_matmuls_on_amx_tiles_every_batch_is_all_c_calls(q4_model, quantization: str) -> None:
+    # batches above 2 rows (or every batch, without GGUF weights) multiply on AMX tiles: C calls too
+    engine = engine_for(q4_model, quantization=quantization, max_quantized_rows=2 if quantization == "gguf" else None,
+                        matmul_dtype="bfloat16")
+    try:
+        assert engine.cpu_graphs.max_bs == 8
+        pairs = decode_both_ways(engine, [[1, 5, 9], [1, 300, 301, 302], [1, 77, 78]], steps=4)
+        assert sorted(engine.cpu_graphs.graphs) == [2, 3] and engine.cpu_graphs.max_bs == 8  # nothing refused
         for eager, graph in pairs:
             assert torch.equal(eager, graph)
     finally:

@@ -77,10 +77,10 @@ def test_the_portable_path_computes_what_the_avx2_path_does(fresh_cache: Path) -
     for rows in (9, 16, 17, 40):  # the matrix-matrix kernels: one panel of 16 rows, a partial one, several
         codes, scale, minimum = random_q4(33, 96, seed=rows)  # 33 outputs: five tiles of 6 weight rows and one of 3
         x = torch.randn(rows, 96, generator=torch.Generator().manual_seed(8))
-        torch.testing.assert_close(portable.q4_1(codes, scale, minimum, x, gemm=True),
-                                   avx2.q4_1(codes, scale, minimum, x, gemm=True), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(portable.q4_1(codes, scale, minimum, x, kernel="gemm"),
+                                   avx2.q4_1(codes, scale, minimum, x, kernel="gemm"), rtol=1e-5, atol=1e-5)
         codes8 = torch.randint(-127, 128, (33, 96), dtype=torch.int8)
-        torch.testing.assert_close(portable.q8_0(codes8, scale, x, gemm=True), avx2.q8_0(codes8, scale, x, gemm=True),
+        torch.testing.assert_close(portable.q8_0(codes8, scale, x, kernel="gemm"), avx2.q8_0(codes8, scale, x, kernel="gemm"),
                                    rtol=1e-5, atol=1e-4)
 
 
@@ -129,10 +129,10 @@ def test_the_kernels_use_the_threads_torch_is_given() -> None:
     try:
         torch.set_num_threads(1)
         one = kernels.q4_1(codes, scale, minimum, x)
-        one_gemm = kernels.q4_1(codes, scale, minimum, x, gemm=True)
+        one_gemm = kernels.q4_1(codes, scale, minimum, x, kernel="gemm")
         torch.set_num_threads(max(2, os.cpu_count() or 2))
         assert torch.equal(kernels.q4_1(codes, scale, minimum, x), one)  # rows split over threads, same sums
-        assert torch.equal(kernels.q4_1(codes, scale, minimum, x, gemm=True), one_gemm)  # tiles split, same sums
+        assert torch.equal(kernels.q4_1(codes, scale, minimum, x, kernel="gemm"), one_gemm)  # tiles split, same sums
     finally:
         torch.set_num_threads(before)
 

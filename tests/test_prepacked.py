@@ -15,6 +15,7 @@ from minisgl.engine import engine as engine_module
 from minisgl.engine import precision
 from minisgl.engine.config import EngineConfig
 from minisgl.engine.engine import Engine
+from minisgl.layers.amx_tiles import AmxTileWeight, amx_tiles_available
 from minisgl.layers.linear import linear
 from minisgl.layers.prepacked import PrepackedFloatWeight, bf16_prepacking_available, prepacking_available
 from minisgl.layers.quantized import BlockQ4Weight, PackedInt4Weight, dense_table
@@ -170,6 +171,8 @@ def test_an_engine_with_bf16_matmuls_keeps_fp32_everywhere_else(tmp_path, tiny_m
         assert int4 and all(w.dense.matmul_dtype == torch.bfloat16 for w in int4)
         head = engine.model.model.embed_tokens.weight
         assert head.dense.matmul_dtype == torch.bfloat16
+        for weight in [*int4, head]:  # AMX tiles where minisgl's kernel runs
+            assert type(weight.dense) is (AmxTileWeight if amx_tiles_available() else PrepackedFloatWeight)
         checkpoint = safe_open(str(model_dir / "model.safetensors"), framework="pt")
         assert torch.equal(dense_table(head), checkpoint.get_tensor("model.embed_tokens.weight"))  # fp32 lookups
         assert engine.kv_pool.k_buffer[0].dtype == torch.float32

@@ -87,11 +87,14 @@ def test_each_kernel_family_gets_its_own_layout(kernels: str) -> None:
     assert (type(int4), type(int8)) == expected
 
 
-def fp32_gemm_bound(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """|x @ W.T - y| allowed for minisgl's matrix-matrix kernels [rows, out]: fp32 activations, each
-    weight dequantized with one rounding, and a sum of `in` products in fp32 (at most `in` + 2
-    roundings of unit 2^-24 on sum |x w|)."""
-    return (x.shape[1] + 2) * 2.0**-24 * (x.double().abs() @ weight.double().abs().T)
+def matrix_kernel_bound(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """|x @ W.T - y| allowed for minisgl's matrix-matrix kernels [rows, out]: each weight dequantized
+    with one rounding, and a sum of `in` products in fp32 (at most `in` + 2 roundings of unit 2^-24
+    on sum |x w|); on AMX tiles the activations and the dequantized weights are also rounded to
+    bf16, moving each product by at most 2u + u^2 of |x w| (u = bf16's unit roundoff)."""
+    magnitude = x.double().abs() @ weight.double().abs().T
+    bf16_products = (2 + BF16_UNIT_ROUNDOFF) * BF16_UNIT_ROUNDOFF if quantized.cpu_kernels().amx_bf16 else 0.0
+    return ((x.shape[1] + 2) * 2.0**-24 + bf16_products) * magnitude
 
 
 @pytest.mark.parametrize("rows", [5, 9, 37])  # the matrix-vector kernel (up to 8 rows), then the matrix-matrix one
@@ -105,7 +108,7 @@ def test_int4_matmul_is_the_dequantized_matmul_within_its_rounding(kernels: str,
     got = weight.pack(torch.float32, None).matmul(x)
     reference = x.double() @ weight.dequantize().double().T
     if kernels == "minisgl" and rows > quantized.GEMV_MAX_ROWS:
-        bound = fp32_gemm_bound(x, weight.dequantize())
+        bound = matrix_kernel_bound(x, weight.dequantize())
     elif kernels == "minisgl":
         bound = int16_activation_bound(x, weight.dequantize())
     else:
@@ -148,7 +151,7 @@ def test_int8_head_is_its_q8_0_weight_within_its_rounding(kernels: str) -> None:
         x = torch.randn(rows, 64, generator=generator)
         got, reference = packed.matmul(x).double(), x.double() @ values.T
         if kernels == "minisgl" and rows > quantized.GEMV_MAX_ROWS:
-            bound = fp32_gemm_bound(x, values)
+            bound = matrix_kernel_bound(x, values)
         elif kernels == "minisgl":
             bound = int16_activation_bound(x, values)
         else:  # bf16 activations (u |x| per term) and each group's bf16 output (u |partial|): at most 2u sum |x w|
@@ -202,23 +205,25 @@ def test_above_a_few_rows_the_matrix_matrix_kernel_takes_over(monkeypatch: pytes
     name = "q4_1" if kind == "int4" else "q8_0"
     original = getattr(kernels, name)
 
-    def spy(*args, gemm: bool = False):
-        calls.append(gemm)
-        return original(*args, gemm=gemm)
+    def spy(*args, kernel: str = "gemv"):
+        calls.append(kernel)
+        return original(*args, kernel=kernel)
 
     monkeypatch.setattr(kernels, name, spy)
     rows = quantized.GEMV_MAX_ROWS
     x = torch.randn(3 * rows + 1, 256, generator=torch.Generator().manual_seed(5))
     packed = pack_random(kind, batch_invariant=False)
     few, many = packed.matmul(x[:rows]), packed.matmul(x)
-    assert calls == [False, True]
+    matrix_kernel = "tiles" if kernels.amx_bf16 else "gemm"  # bf16 products on AMX tiles where the CPU has them
+    assert calls == ["gemv", matrix_kernel]
     # each kernel still computes every row on its own: the same rows in a batch of 9 and of 25
     assert torch.equal(packed.matmul(x[: rows + 1]), many[: rows + 1])
-    # the two kernels round differently (16-bit activations in one): close, not equal
-    torch.testing.assert_close(few, many[:rows], rtol=1e-3, atol=1e-3)
+    # the two kernels round differently (16-bit activations in one, bf16 or fp32 in the other): close, not equal
+    tolerance = 2e-2 if matrix_kernel == "tiles" else 1e-3
+    torch.testing.assert_close(few, many[:rows], rtol=tolerance, atol=tolerance * many.abs().max().item())
     calls.clear()
     pack_random(kind, batch_invariant=True).matmul(x)
-    assert calls == [False]  # --deterministic: the matrix-vector kernel whatever the batch
+    assert calls == ["gemv"]  # --deterministic: the matrix-vector kernel whatever the batch
 
 
 def test_batches_above_max_quantized_rows_take_the_dense_copy(kernels: str) -> None:

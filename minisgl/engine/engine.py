@@ -41,6 +41,7 @@ from minisgl.distributed.rendezvous import rendezvous
 from minisgl.kernel import cpu_kernels
 from minisgl.kvcache import KVCachePool
 from minisgl.layers import local_kv_heads, use_tp_ops
+from minisgl.layers.amx_tiles import amx_tiles_available
 from minisgl.layers.batch_invariant import set_batch_invariant
 from minisgl.layers.prepacked import prepack_linear_weights, prepacking_available
 from minisgl.models.config import ModelConfig
@@ -273,16 +274,20 @@ class Engine:
 
     def _init_cpu_graphs(self) -> CpuGraphRunner | None:
         """CPU graphs where a decode step can be all C calls: one rank (a collective is not a C call),
-        one stage, fp32 GGUF weights (a dense matmul is a PyTorch op) with the C kernels built, the
-        torch attention backend. That the step's layers then call nothing but C is what capture
-        itself checks (batches above `max_quantized_rows` take dense matmuls, and run eagerly)."""
+        one stage, fp32 activations with the C kernels built, the torch attention backend, and
+        matmuls in C: GGUF weights (up to `max_quantized_rows` rows) or bf16 AMX tiles (every batch;
+        oneDNN's matmuls are PyTorch ops). That the step's layers then call nothing but C is what
+        capture itself checks (batches above `max_quantized_rows` without AMX tiles take oneDNN's
+        dense matmuls, and run eagerly)."""
         config = self.config
+        dense_in_c = config.matmul_dtype == "bfloat16" and amx_tiles_available()
         max_bs = config.cpu_graph_max_bs
-        if max_bs is None:  # every batch the quantized kernels take (larger ones use dense matmuls)
-            max_bs = min(config.max_running_requests, config.max_quantized_rows or config.max_running_requests)
+        if max_bs is None:  # every batch whose matmuls are C calls
+            quantized_only = config.max_quantized_rows if not dense_in_c else None
+            max_bs = min(config.max_running_requests, quantized_only or config.max_running_requests)
         if max_bs <= 0 or self.device.type != "cpu" or config.world_size > 1 or config.tp_ops is not None:
             return None
-        if config.quantization != "gguf" or self.dtype != torch.float32 or cpu_kernels() is None:
+        if not (config.quantization == "gguf" or dense_in_c) or self.dtype != torch.float32 or cpu_kernels() is None:
             return None
         if COMM_COUNTER.counting:
             return None

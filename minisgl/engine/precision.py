@@ -33,7 +33,8 @@ from minisgl.kernel import cpu_kernels
 from minisgl.layers import local_kv_heads, vocab_shard_size
 from minisgl.layers.base import Weight
 from minisgl.layers.linear import linear
-from minisgl.layers.prepacked import PrepackedFloatWeight, bf16_prepacking_available, prepacking_available
+from minisgl.layers.amx_tiles import amx_tiles_available
+from minisgl.layers.prepacked import bf16_prepacking_available, dense_matmul_weight, prepacking_available
 from minisgl.layers.quantized import Int4Weight, PackedWeight, quantize_q8_0
 from minisgl.models.config import ModelConfig
 from minisgl.models.gguf_weights import find_model_gguf
@@ -44,13 +45,14 @@ from .config import EngineConfig
 PROBE_ROWS = (1, 2, 4, 8, 16, 32)  # batch sizes (rows per matmul) the probe times
 SCORE_ROWS = (1, 32)  # a single chat and a busy batch weigh equally in the choice
 EVERY_BATCH = 1 << 30  # a candidate's "quantized up to this many rows" when it wins at every probed size
-PROBE_BYTES = 64 << 20  # fp32 layer weights the probe streams per pass: more than most CPU caches hold
+PROBE_BYTES = 64 << 20  # fp32 layer weights the probe streams per pass (one of every few layers)
+MAX_EVICT_BYTES = 1 << 30  # the most the probe writes between passes to push its weights out of the caches
 SAMPLES = 3  # the median of 3 passes, so one noisy pass (another process waking up) cannot decide
 MIN_CPU_SHARE = 0.75  # below it the probe shared its cores with other work: its result is not cached
 GIVE_UP_FACTOR = 3.0  # one pass this much slower than the best variant so far is enough to rule it out
 DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 BF16_MATMULS = "float32+bf16"  # the probe's name for fp32 activations multiplied by bf16 weights (prepacked.py)
-PROBE_VERSION = 7  # bump when the measurement (or a kernel it times) changes, so old results are not reused
+PROBE_VERSION = 9  # bump when the measurement (or a kernel it times) changes, so old results are not reused
 
 logger = logging.getLogger(__name__)
 
@@ -201,7 +203,8 @@ def choose_precision(probe: ProbeResult, dtype: str | None = None, allow_quantiz
 def describe(precision: Precision) -> str:
     """One line for check_env and the logs: what `auto` picked."""
     if precision.matmul_dtype != precision.dtype:
-        dense = f"{precision.matmul_dtype} weights under {precision.dtype} activations (prepacked for oneDNN)"
+        layout = "AMX tiles, minisgl's kernel" if amx_tiles_available() else "prepacked for oneDNN"
+        dense = f"{precision.matmul_dtype} weights under {precision.dtype} activations ({layout})"
     else:
         prepacked = precision.dtype == "float32" and prepacking_available()
         dense = f"{precision.dtype} weights{' (prepacked for oneDNN)' if prepacked else ''}"
@@ -267,21 +270,22 @@ def run_probe(model: ModelConfig, tp_size: int, threads: int) -> ProbeResult:
     try:
         ms: dict[str, dict[int, float]] = {}
         head_ms: dict[str, dict[int, float]] = {}
+        evict = torch.empty(min(2 * last_level_cache_bytes(), MAX_EVICT_BYTES) // 4)  # see _time_rows
         forms = [(name, dtype, dtype) for name, dtype in DTYPE_NAMES.items()]  # (name, activations, weights)
         if bf16_prepacking_available():
             forms.append((BF16_MATMULS, torch.float32, torch.bfloat16))
         for name, dtype, matmul_dtype in forms:
             weights = [_engine_form(torch.randn(s, generator=generator), dtype, matmul_dtype)
                        for s in shapes * num_probe_layers]
-            ms[name] = _time_rows(weights, dtype, ms, scale)
+            ms[name] = _time_rows(weights, dtype, ms, scale, evict)
             head = _engine_form(torch.randn(head_shape, generator=generator), dtype, matmul_dtype)
-            head_ms[name] = _time_rows([head], dtype, head_ms, 1.0)
+            head_ms[name] = _time_rows([head], dtype, head_ms, 1.0, evict)
             del weights
         try:
             packed = [_random_int4(s, generator) for s in shapes * num_probe_layers]
-            ms["int4"] = _time_rows(packed, torch.float32, ms, scale)
+            ms["int4"] = _time_rows(packed, torch.float32, ms, scale, evict)
             head = quantize_q8_0(torch.randn(head_shape, generator=generator), None, keep_dense=False)
-            head_ms["int8"] = _time_rows([head], torch.float32, head_ms, 1.0)
+            head_ms["int8"] = _time_rows([head], torch.float32, head_ms, 1.0, evict)
         except ValueError:  # shapes the kernels cannot take (their errors say which): never picked
             ms["int4"] = head_ms["int8"] = {rows: math.inf for rows in PROBE_ROWS}
     finally:
@@ -300,9 +304,9 @@ def rank_linear_shapes(model: ModelConfig, tp_size: int) -> list[tuple[int, int]
 
 def _engine_form(weight: torch.Tensor, dtype: torch.dtype, matmul_dtype: torch.dtype) -> Weight:
     """An fp32 weight as the engine will hold it for `dtype` activations and `matmul_dtype` matmuls:
-    under fp32 activations prepacked for oneDNN where it can be (prepacked.py)."""
+    under fp32 activations prepacked for oneDNN or as AMX tiles where it can be (prepacked.py)."""
     if dtype == torch.float32 and prepacking_available():
-        return PrepackedFloatWeight.from_dense(weight, keep_dense=False, matmul_dtype=matmul_dtype)
+        return dense_matmul_weight(weight, keep_dense=False, matmul_dtype=matmul_dtype)
     return weight.to(dtype)
 
 
@@ -316,16 +320,20 @@ def _random_int4(shape: tuple[int, int], generator: torch.Generator) -> PackedWe
 
 
 def _time_rows(weights: list, dtype: torch.dtype, others: dict[str, dict[int, float]],
-               scale: float) -> dict[int, float]:
+               scale: float, evict: torch.Tensor) -> dict[int, float]:
     """Median ms of multiplying a batch by every weight, per batch size in PROBE_ROWS, times `scale`.
     The first pass is a warm-up (first-call allocations), unless it is already `GIVE_UP_FACTOR`
-    times slower than the best of `others`: then that one pass is the result."""
+    times slower than the best of `others`: then that one pass is the result. Before each pass the
+    probe writes `evict` (twice the last-level cache), so every pass reads its weights from memory
+    as a whole model's decode step does: a few probe layers would otherwise sit in a large L3 (300
+    MB on some Xeons) and make the wider formats look as cheap to read as the 4-bit ones."""
     result: dict[int, float] = {}
     for rows in PROBE_ROWS:
         inputs = {w.shape[1]: torch.randn(rows, w.shape[1]).to(dtype) for w in weights}  # by in_features
         best_other = min((times[rows] for times in others.values() if rows in times), default=math.inf)
         samples = []
         for _ in range(SAMPLES + 1):
+            evict.fill_(0.0)
             start = time.perf_counter()
             for w in weights:
                 linear(inputs[w.shape[1]], w)
@@ -334,6 +342,18 @@ def _time_rows(weights: list, dtype: torch.dtype, others: dict[str, dict[int, fl
                 break
         result[rows] = statistics.median(samples[1:] or samples)
     return result
+
+
+def last_level_cache_bytes() -> int:
+    """The largest CPU cache's size (Linux sysconf), or 64 MiB where the system does not say."""
+    for name in ("SC_LEVEL3_CACHE_SIZE", "SC_LEVEL2_CACHE_SIZE"):
+        try:
+            size = os.sysconf(name)
+        except (ValueError, OSError):
+            continue
+        if size > 0:
+            return size
+    return 64 << 20
 
 
 def cpu_name() -> str:

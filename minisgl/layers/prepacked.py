@@ -15,7 +15,8 @@ The packed copy may hold bf16 while the model computes in fp32 (`matmul_dtype`):
 its activations to bf16, multiplies on the CPU's bf16 units (AMX tiles, AVX512-BF16) with fp32
 sums, and widens the result back. Everything else of the step (norms, RoPE, attention, SiLU) stays
 fp32 in minisgl's C kernels, which bf16 activations would lose. `dtype="auto"` takes this where its
-probe finds bf16 matmuls faster (precision.py).
+probe finds bf16 matmuls faster (precision.py). On a CPU with AMX, minisgl's own tile kernel
+(amx_tiles.py) takes those matmuls instead of oneDNN: `dense_matmul_weight` picks the form.
 
 Not used for `--deterministic` (it keeps the fixed-tile F.linear calls whose rows cannot depend on
 the batch), for the capstone (its own matmuls take plain tensors), nor for bf16 models (that path
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .amx_tiles import AmxTileWeight, amx_tiles_available
 from .base import BaseOP
 from .embedding import ParallelLMHead
 from .linear import _LinearBase
@@ -85,6 +87,14 @@ class PrepackedFloatWeight(PackedWeight):
         return self.shape.numel() * self.matmul_dtype.itemsize
 
 
+def dense_matmul_weight(weight: torch.Tensor, keep_dense: bool, matmul_dtype: torch.dtype) -> PackedWeight:
+    """An fp32 weight in the form its matmuls run fastest here: bf16 AMX tiles for bf16 matmuls
+    where minisgl's AMX kernel runs, else oneDNN's layout."""
+    if matmul_dtype == torch.bfloat16 and amx_tiles_available():
+        return AmxTileWeight.from_dense(weight, keep_dense)
+    return PrepackedFloatWeight.from_dense(weight, keep_dense, matmul_dtype)
+
+
 def prepack_linear_weights(model: BaseOP, matmul_dtype: torch.dtype = torch.float32) -> None:
     """Swap every fp32 weight a matmul reads (linear layers, the LM head) for its prepacked form in
     `matmul_dtype`, in place, and so the dense copy a quantized weight keeps for large batches.
@@ -100,10 +110,10 @@ def prepack_linear_weights(model: BaseOP, matmul_dtype: torch.dtype = torch.floa
             continue
         weight = owner.weight
         if _is_cpu_fp32(weight):
-            owner.weight = PrepackedFloatWeight.from_dense(weight, keep_dense, matmul_dtype)
+            owner.weight = dense_matmul_weight(weight, keep_dense, matmul_dtype)
         elif isinstance(weight, PackedWeight) and _is_cpu_fp32(weight.dense):
             # a quantized weight's dense copy serves its large batches; a tied head's also its lookups
-            weight.dense = PrepackedFloatWeight.from_dense(weight.dense, keep_dense, matmul_dtype)
+            weight.dense = dense_matmul_weight(weight.dense, keep_dense, matmul_dtype)
 
 
 def _is_cpu_fp32(weight: object) -> bool:

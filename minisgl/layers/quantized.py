@@ -27,7 +27,8 @@ scales in bf16). It serves the LM head's matmul; lookups keep reading the dense 
 
 Both forms stream 4 to 8 bits per weight instead of 32 or 16, which is what a decode step of a few
 rows waits for. Above `GEMV_MAX_ROWS` rows arithmetic decides instead: minisgl's blocks then go to
-its matrix-matrix kernels (quant_gemm.c: a tile of weights dequantized once, then fp32 FMAs), which
+its matrix-matrix kernels (a tile of weights dequantized once, then multiplied: with fp32 FMAs in
+quant_gemm.c, or in bf16 on AMX tiles in amx_gemm.c where the CPU has them), which
 in a decode step, whose weights come from memory rather than cache, beat oneDNN's fp32 GEMM on the
 dense weights. PyTorch's int4 / int8 kernels do not, so with them (or wherever `dtype="auto"`'s
 probe finds dense weights faster) batches above `max_quantized_rows` rows run from a dense copy.
@@ -183,6 +184,16 @@ class PackedInt4Weight(PackedWeight):
         return self.packed.nbytes + self.scale_and_zero.nbytes
 
 
+def block_kernel(rows: int, batch_invariant: bool) -> str:
+    """Which of minisgl's kernels multiplies `rows` rows by GGUF blocks: the matrix-vector one up
+    to `GEMV_MAX_ROWS` rows (and for every batch under --deterministic, since the kernels round
+    differently), above it the matrix-matrix one, on AMX tiles where the CPU has them (bf16
+    products, amx_gemm.c), else with fp32 FMAs (quant_gemm.c)."""
+    if rows <= GEMV_MAX_ROWS or batch_invariant:
+        return "gemv"
+    return "tiles" if cpu_kernels().amx_bf16 else "gemm"
+
+
 @dataclass
 class BlockQ4Weight(PackedWeight):
     """A 4-bit linear weight in GGUF's Q4_1 blocks, multiplied by minisgl's kernels (kernel/cpu):
@@ -194,8 +205,8 @@ class BlockQ4Weight(PackedWeight):
     batch_invariant: bool  # the matrix-vector kernel for every batch (see Int4Weight.pack)
 
     def _kernel(self, x: torch.Tensor) -> torch.Tensor:
-        gemm = x.shape[0] > GEMV_MAX_ROWS and not self.batch_invariant
-        return cpu_kernels().q4_1(self.codes, self.scale, self.minimum, x, gemm=gemm)
+        return cpu_kernels().q4_1(self.codes, self.scale, self.minimum, x,
+                                  kernel=block_kernel(x.shape[0], self.batch_invariant))
 
     @property
     def kernel_bytes(self) -> int:
@@ -211,8 +222,8 @@ class BlockQ8Weight(PackedWeight):
     batch_invariant: bool  # the matrix-vector kernel for every batch (see Int4Weight.pack)
 
     def _kernel(self, x: torch.Tensor) -> torch.Tensor:
-        gemm = x.shape[0] > GEMV_MAX_ROWS and not self.batch_invariant
-        return cpu_kernels().q8_0(self.codes, self.scale, x, gemm=gemm)
+        return cpu_kernels().q8_0(self.codes, self.scale, x,
+                                  kernel=block_kernel(x.shape[0], self.batch_invariant))
 
     @property
     def kernel_bytes(self) -> int:

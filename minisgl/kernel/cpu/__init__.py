@@ -1,6 +1,7 @@
 """minisgl's own CPU kernels, in C: the quantized matrix-vector products of quant_gemv.c and the
-quantized matrix-matrix products of quant_gemm.c (chapter 04, "Quantized shards"), and the fused
-elementwise and decode-attention work of fused.c (the CPU side of chapter 10's fused kernels).
+quantized matrix-matrix products of quant_gemm.c (chapter 04, "Quantized shards"), the bf16
+matmuls on AMX tiles of amx_gemm.c (chapter 04, "bf16 matmuls, fp32 everything else"), and the
+fused elementwise and decode-attention work of fused.c (the CPU side of chapter 10's fused kernels).
 They are compiled on first use by this machine's C compiler for this very CPU (`-march=native`:
 AVX2 where it has it) and called through ctypes.
 
@@ -29,7 +30,7 @@ from minisgl.utils import minisgl_cache_dir
 
 from .graph import record_call
 
-SOURCES = [Path(__file__).with_name(name) for name in ("quant_gemv.c", "quant_gemm.c", "fused.c")]
+SOURCES = [Path(__file__).with_name(name) for name in ("quant_gemv.c", "quant_gemm.c", "amx_gemm.c", "fused.c")]
 COMPILE_FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
 BLOCK = 32  # weights per GGUF block (Q4_0, Q4_1, Q8_0): one scale each
 
@@ -62,27 +63,44 @@ class CpuKernels:
                            _POINTER, _INT, _INT, _INT)
         self._silu_and_mul = entry("silu_and_mul", _POINTER, _POINTER, _INT, _INT, _INT)
         self._embedding = entry("embedding", _POINTER, _INT64, _INT64, _POINTER, _POINTER, _INT, _INT, restype=_INT)
+        self._q4_1_tile_gemm = entry("q4_1_tile_gemm", *[_POINTER] * 5, *[_INT] * 4)
+        self._q8_0_tile_gemm = entry("q8_0_tile_gemm", *[_POINTER] * 4, *[_INT] * 4)
+        self._bf16_tile_gemm = entry("bf16_tile_gemm", *[_POINTER] * 3, *[_INT] * 4)
+        # whether this build has the AMX kernel and Linux let this process use the tiles (asked once, here)
+        self.amx_bf16 = bool(library.amx_bf16_ready())
         self._decode_attention = entry("decode_attention", _POINTER, _POINTER, _INT64, _POINTER, _INT64,
                                        *[_POINTER] * 4, _INT64, _POINTER, _POINTER, *[_INT] * 4, _FLOAT, _INT)
 
     def q4_1(self, codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, x: torch.Tensor,
-             gemm: bool = False) -> torch.Tensor:
+             kernel: str = "gemv") -> torch.Tensor:
         """x [rows, in] fp32 @ W.T -> [rows, out] fp32, W given as Q4_1 blocks: codes [out, in / 2]
-        uint8 (two per byte, as in GGUF), scale and minimum [out, in / 32] fp32. `gemm`: the
-        matrix-matrix kernel (quant_gemm.c, for more than a few rows), else the matrix-vector one."""
+        uint8 (two per byte, as in GGUF), scale and minimum [out, in / 32] fp32. `kernel`: "gemv"
+        (quant_gemv.c, a few rows), "gemm" (quant_gemm.c, more rows, fp32 products) or "tiles"
+        (amx_gemm.c, more rows, bf16 products on AMX tiles; only where `amx_bf16`)."""
         x, y = _operands(x, codes.shape[0])
-        kernel = self._q4_1_gemm if gemm else self._q4_1
-        kernel(codes.data_ptr(), scale.data_ptr(), minimum.data_ptr(), x.data_ptr(), y.data_ptr(),
-               x.shape[0], codes.shape[0], x.shape[1], torch.get_num_threads())
+        function = {"gemv": self._q4_1, "gemm": self._q4_1_gemm, "tiles": self._q4_1_tile_gemm}[kernel]
+        function(codes.data_ptr(), scale.data_ptr(), minimum.data_ptr(), x.data_ptr(), y.data_ptr(),
+                 x.shape[0], codes.shape[0], x.shape[1], torch.get_num_threads())
         return y
 
-    def q8_0(self, codes: torch.Tensor, scale: torch.Tensor, x: torch.Tensor, gemm: bool = False) -> torch.Tensor:
+    def q8_0(self, codes: torch.Tensor, scale: torch.Tensor, x: torch.Tensor, kernel: str = "gemv") -> torch.Tensor:
         """x [rows, in] fp32 @ W.T -> [rows, out] fp32, W given as Q8_0 blocks: codes [out, in] int8,
-        scale [out, in / 32] fp32; `gemm` as for q4_1."""
+        scale [out, in / 32] fp32; `kernel` as for q4_1."""
         x, y = _operands(x, codes.shape[0])
-        kernel = self._q8_0_gemm if gemm else self._q8_0
-        kernel(codes.data_ptr(), scale.data_ptr(), x.data_ptr(), y.data_ptr(),
-               x.shape[0], codes.shape[0], x.shape[1], torch.get_num_threads())
+        function = {"gemv": self._q8_0, "gemm": self._q8_0_gemm, "tiles": self._q8_0_tile_gemm}[kernel]
+        function(codes.data_ptr(), scale.data_ptr(), x.data_ptr(), y.data_ptr(),
+                 x.shape[0], codes.shape[0], x.shape[1], torch.get_num_threads())
+        return y
+
+    def bf16_tiles(self, tiles: torch.Tensor, x: torch.Tensor, out_features: int, in_features: int) -> torch.Tensor:
+        """x [rows, in] fp32 @ W.T -> [rows, out] fp32, multiplied on AMX tiles in bf16 (only where
+        `amx_bf16`): W [out, in] given as bf16 tiles [ceil(out / 16), ceil(in / 32), 16, 32],
+        zero-padded (amx_tiles.py's layout)."""
+        if x.shape[-1] != in_features:
+            raise ValueError(f"x has {x.shape[-1]} inputs per row, the weight {in_features}")
+        x, y = _operands(x, out_features)
+        self._bf16_tile_gemm(tiles.data_ptr(), x.data_ptr(), y.data_ptr(), x.shape[0], out_features, in_features,
+                             torch.get_num_threads())
         return y
 
     def embedding(self, ids: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
@@ -153,9 +171,9 @@ class CpuKernels:
 
 
 def _operands(x: torch.Tensor, out_features: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """x as contiguous fp32 rows (what the quantized kernels read) and an empty output [rows, out]."""
+    """x as contiguous fp32 rows (what the matmul kernels read) and an empty output [rows, out]."""
     if x.dim() != 2 or x.device.type != "cpu":
-        raise ValueError(f"the CPU quantized kernels take [rows, in] CPU tensors, not {tuple(x.shape)} on {x.device}")
+        raise ValueError(f"minisgl's CPU matmul kernels take [rows, in] CPU tensors, not {tuple(x.shape)} on {x.device}")
     return x.float().contiguous(), torch.empty(x.shape[0], out_features)
 
 
