@@ -97,7 +97,7 @@ def matrix_kernel_bound(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return ((x.shape[1] + 2) * 2.0**-24 + bf16_products) * magnitude
 
 
-@pytest.mark.parametrize("rows", [5, 9, 37])  # the matrix-vector kernel (up to 8 rows), then the matrix-matrix one
+@pytest.mark.parametrize("rows", [3, 5, 9, 37])  # the matrix-vector kernel (up to 4 or 8 rows), then the matrix-matrix one
 @pytest.mark.parametrize("group_size", [32, 64])
 def test_int4_matmul_is_the_dequantized_matmul_within_its_rounding(kernels: str, group_size: int, rows: int) -> None:
     if kernels == "minisgl" and group_size != 32:
@@ -107,7 +107,7 @@ def test_int4_matmul_is_the_dequantized_matmul_within_its_rounding(kernels: str,
     x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(1))
     got = weight.pack(torch.float32, None).matmul(x)
     reference = x.double() @ weight.dequantize().double().T
-    if kernels == "minisgl" and rows > quantized.GEMV_MAX_ROWS:
+    if kernels == "minisgl" and rows > quantized.gemv_max_rows():
         bound = matrix_kernel_bound(x, weight.dequantize())
     elif kernels == "minisgl":
         bound = int16_activation_bound(x, weight.dequantize())
@@ -147,10 +147,10 @@ def test_int8_head_is_its_q8_0_weight_within_its_rounding(kernels: str) -> None:
     scale_rounding = 0 if kernels == "minisgl" else 127 * BF16_UNIT_ROUNDOFF
     assert ((values - weight.double()).abs() <= (0.5 + scale_rounding) * 1.01 * step).all()
     assert packed.dense is None
-    for rows in (6, 19):  # the matrix-vector kernel, then (minisgl) the matrix-matrix one
+    for rows in (3, 6, 19):  # the matrix-vector kernel, then (minisgl) the matrix-matrix one (from 5 or 9 rows)
         x = torch.randn(rows, 64, generator=generator)
         got, reference = packed.matmul(x).double(), x.double() @ values.T
-        if kernels == "minisgl" and rows > quantized.GEMV_MAX_ROWS:
+        if kernels == "minisgl" and rows > quantized.gemv_max_rows():
             bound = matrix_kernel_bound(x, values)
         elif kernels == "minisgl":
             bound = int16_activation_bound(x, values)
@@ -210,13 +210,13 @@ def test_above_a_few_rows_the_matrix_matrix_kernel_takes_over(monkeypatch: pytes
         return original(*args, kernel=kernel)
 
     monkeypatch.setattr(kernels, name, spy)
-    rows = quantized.GEMV_MAX_ROWS
+    rows = quantized.gemv_max_rows()
     x = torch.randn(3 * rows + 1, 256, generator=torch.Generator().manual_seed(5))
     packed = pack_random(kind, batch_invariant=False)
     few, many = packed.matmul(x[:rows]), packed.matmul(x)
     matrix_kernel = "tiles" if kernels.amx_bf16 else "gemm"  # bf16 products on AMX tiles where the CPU has them
     assert calls == ["gemv", matrix_kernel]
-    # each kernel still computes every row on its own: the same rows in a batch of 9 and of 25
+    # each kernel still computes every row on its own: the same rows in a batch of 5 or 9 and of 25
     assert torch.equal(packed.matmul(x[: rows + 1]), many[: rows + 1])
     # the two kernels round differently (16-bit activations in one, bf16 or fp32 in the other): close, not equal
     tolerance = 2e-2 if matrix_kernel == "tiles" else 1e-3

@@ -26,7 +26,7 @@ row, so `PackedInt8Weight` calls it once per block column and adds the partial r
 scales in bf16). It serves the LM head's matmul; lookups keep reading the dense table.
 
 Both forms stream 4 to 8 bits per weight instead of 32 or 16, which is what a decode step of a few
-rows waits for. Above `GEMV_MAX_ROWS` rows arithmetic decides instead: minisgl's blocks then go to
+rows waits for. Above a few rows (`gemv_max_rows()`) arithmetic decides instead: minisgl's blocks then go to
 its matrix-matrix kernels (a tile of weights dequantized once, then multiplied: with fp32 FMAs in
 quant_gemm.c, or in bf16 on AMX tiles in amx_gemm.c where the CPU has them), which
 in a decode step, whose weights come from memory rather than cache, beat oneDNN's fp32 GEMM on the
@@ -50,9 +50,12 @@ KERNEL_OUT_MULTIPLE = 16  # the kernel packs output rows in tiles of 16 (AVX2) o
 INT8_GROUP_SIZE = BLOCK  # inputs per scale of an int8 weight: Q8_0's block of 32 (PyTorch's kernel also
 # needs a multiple of 16: it reads 16 inputs per aligned load on AVX-512, and other sizes crash it)
 INT8_MAX_CODE = 127  # symmetric codes -127..127
-# Rows up to which minisgl's matrix-vector kernels beat its matrix-matrix ones (30 SmolLM2 layers on
-# 2 AVX2 cores, weights from memory: 8 rows 40.7 vs 38.9 ms, 12 rows 53.8 vs 37.7, 16 rows 81.5 vs 41.5)
+# Rows up to which minisgl's matrix-vector kernels beat its matrix-matrix ones (30 SmolLM2 layers,
+# weights from memory). 2 AVX2 cores against fp32 FMAs: 8 rows 40.7 vs 38.9 ms, 12 rows 53.8 vs 37.7,
+# 16 rows 81.5 vs 41.5. 2 cores of an AMX Xeon against AMX tiles (medians of 7): 4 rows 17.0 vs 17.8 ms,
+# 6 rows 20.3 vs 16.0, 8 rows 34.2 vs 23.3.
 GEMV_MAX_ROWS = 8
+GEMV_MAX_ROWS_BEFORE_TILES = 4
 
 
 @dataclass
@@ -184,12 +187,17 @@ class PackedInt4Weight(PackedWeight):
         return self.packed.nbytes + self.scale_and_zero.nbytes
 
 
+def gemv_max_rows() -> int:
+    """Rows up to which minisgl's matrix-vector kernel takes GGUF blocks on this CPU."""
+    return GEMV_MAX_ROWS_BEFORE_TILES if cpu_kernels().amx_bf16 else GEMV_MAX_ROWS
+
+
 def block_kernel(rows: int, batch_invariant: bool) -> str:
     """Which of minisgl's kernels multiplies `rows` rows by GGUF blocks: the matrix-vector one up
-    to `GEMV_MAX_ROWS` rows (and for every batch under --deterministic, since the kernels round
+    to `gemv_max_rows()` rows (and for every batch under --deterministic, since the kernels round
     differently), above it the matrix-matrix one, on AMX tiles where the CPU has them (bf16
     products, amx_gemm.c), else with fp32 FMAs (quant_gemm.c)."""
-    if rows <= GEMV_MAX_ROWS or batch_invariant:
+    if rows <= gemv_max_rows() or batch_invariant:
         return "gemv"
     return "tiles" if cpu_kernels().amx_bf16 else "gemm"
 
