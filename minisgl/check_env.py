@@ -195,7 +195,7 @@ def check_cpu_kernels() -> Check:
     """Whether minisgl's C kernels for the CPU build here (optional: without them CPU runs take the
     torch code and PyTorch's int4 kernels, slower)."""
     try:
-        from minisgl.kernel.cpu import build_library, cpu_flags
+        from minisgl.kernel.cpu import build_library, cpu_flags, cpu_kernels
     except ImportError as error:
         return Check("cpu kernels", "FAIL", f"cannot import minisgl's kernels ({error})", "make install", required=False)
     try:
@@ -205,6 +205,9 @@ def check_cpu_kernels() -> Check:
                      "install a C compiler (Debian/Ubuntu: apt install gcc; macOS: xcode-select --install), "
                      "or set CC", required=False)
     simd = "AVX2" if "avx2" in cpu_flags().split() else "portable C (no AVX2)"
+    kernels = cpu_kernels()
+    if kernels is not None and kernels.amx_bf16:
+        simd += " and AMX-BF16 tiles"
     return Check("cpu kernels", "OK", f"{simd}, built at {library}")
 
 

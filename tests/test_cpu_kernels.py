@@ -80,8 +80,10 @@ def test_the_portable_path_computes_what_the_avx2_path_does(fresh_cache: Path) -
         torch.testing.assert_close(portable.q4_1(codes, scale, minimum, x, kernel="gemm"),
                                    avx2.q4_1(codes, scale, minimum, x, kernel="gemm"), rtol=1e-5, atol=1e-5)
         codes8 = torch.randint(-127, 128, (33, 96), dtype=torch.int8)
-        torch.testing.assert_close(portable.q8_0(codes8, scale, x, kernel="gemm"), avx2.q8_0(codes8, scale, x, kernel="gemm"),
-                                   rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(portable.q8_0(codes8, scale, x, kernel="gemm"),
+                                   avx2.q8_0(codes8, scale, x, kernel="gemm"), rtol=1e-5, atol=1e-4)
+    cases = argmax_cases()
+    assert torch.equal(portable.argmax_rows(cases), avx2.argmax_rows(cases))  # both torch.argmax's picks
 
 
 def test_no_compiler_is_a_clear_error_and_a_logged_fallback(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch,
@@ -244,6 +246,31 @@ def test_decode_attention_keeps_a_nan_where_torch_does() -> None:
     got = cpu_kernels().decode_attention(q, k, v, torch.tensor([length - 1]), k_cache, v_cache, slots,
                                          torch.tensor([length]), head_dim**-0.5)
     assert got[0, :2].isnan().all() and not got[0, 2:].isnan().any()
+
+
+def argmax_cases() -> torch.Tensor:
+    """Rows argmax must get right: random (one 8-wide tail of 5), a tie (the first wins), a NaN
+    (wins, as in torch), +inf, all -inf, a NaN in the vector body and one in the tail."""
+    rows = torch.randn(8, 45, generator=torch.Generator().manual_seed(9))
+    rows[1, 7] = rows[1, 30] = 50.0
+    rows[2, 12] = float("nan")
+    rows[3, 3] = float("inf")
+    rows[4] = float("-inf")
+    rows[5, 8], rows[5, 44] = float("nan"), float("nan")
+    rows[6, 43] = float("nan")
+    return rows
+
+
+@needs_compiler
+def test_argmax_rows_picks_what_torch_argmax_picks() -> None:
+    kernels = cpu_kernels()
+    cases = argmax_cases()
+    assert torch.equal(kernels.argmax_rows(cases), torch.argmax(cases, dim=-1))
+    wide = torch.randn(33, 49_152 + 16)[:, :49_152]  # SmolLM2's vocabulary, rows with a stride
+    before = wide.clone()
+    picks = kernels.argmax_rows(wide)
+    assert picks.dtype == torch.int64 and torch.equal(picks, torch.argmax(wide, dim=-1))
+    assert torch.equal(wide, before)
 
 
 def test_layers_fall_back_to_torch_without_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -97,7 +97,8 @@ def matrix_kernel_bound(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return ((x.shape[1] + 2) * 2.0**-24 + bf16_products) * magnitude
 
 
-@pytest.mark.parametrize("rows", [3, 5, 9, 37])  # the matrix-vector kernel (up to 4 or 8 rows), then the matrix-matrix one
+# the matrix-vector kernel (up to 4 rows with AMX, else 8), then the matrix-matrix one
+@pytest.mark.parametrize("rows", [3, 5, 9, 37])
 @pytest.mark.parametrize("group_size", [32, 64])
 def test_int4_matmul_is_the_dequantized_matmul_within_its_rounding(kernels: str, group_size: int, rows: int) -> None:
     if kernels == "minisgl" and group_size != 32:

@@ -55,7 +55,7 @@ from .cpu_graph import CpuGraphRunner
 from .cuda_graph import CudaGraphRunner
 from .placeholders import resolve_placeholders
 from .precision import resolve_precision
-from .sampler import sample
+from .sampler import greedy_tokens, sample
 
 logger = logging.getLogger(__name__)
 
@@ -307,7 +307,7 @@ class Engine:
         if self.graph_runner is not None and self.graph_runner.fits(batch):
             tokens = self.graph_runner.run(batch)[1]  # the graph kept them for the next step too
         else:
-            tokens = torch.argmax(self._forward_on_host(batch).float(), dim=-1)  # [num_reqs], as sample() does
+            tokens = greedy_tokens(self._forward_on_host(batch).float())  # [num_reqs], as sample() picks
             self._future_tokens[: tokens.numel()].copy_(tokens)
         if self.device.type != "cuda":
             return TokenFuture(tokens, None)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from minisgl.core import Req
+from minisgl.kernel import cpu_kernels, use_cpu_kernels
 
 
 def sample(logits: torch.Tensor, reqs: list[Req], emits: list[bool]) -> list[int]:
@@ -23,7 +24,7 @@ def sample(logits: torch.Tensor, reqs: list[Req], emits: list[bool]) -> list[int
     chunk of a prompt: its token is thrown away) take the argmax without drawing. For a failed
     request the id is unused."""
     logits = logits.float()
-    tokens = torch.argmax(logits, dim=-1).tolist()  # plain greedy answer, used as-is where it applies
+    tokens = greedy_tokens(logits).tolist()  # plain greedy answer, used as-is where it applies
     for i, req in enumerate(reqs):
         if not emits[i] or req.sampling.is_plain_greedy:
             continue
@@ -32,6 +33,14 @@ def sample(logits: torch.Tensor, reqs: list[Req], emits: list[bool]) -> list[int
         except Exception as error:  # one request's row, no collective inside: only this request fails
             req.failure = f"sampling failed: {type(error).__name__}: {error}"
     return tokens
+
+
+def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
+    """torch.argmax(logits, dim=-1) [num_reqs] int64; for fp32 CPU logits minisgl's C kernel, the
+    same picks (first index on a tie) at memory speed: torch's took 3.2 ms of a batch-32 CPU step."""
+    if use_cpu_kernels(logits) and logits.dim() == 2:
+        return cpu_kernels().argmax_rows(logits)
+    return torch.argmax(logits, dim=-1)
 
 
 def _sample_one(logits: torch.Tensor, req: Req) -> int:

@@ -9,10 +9,12 @@ the inputs as pairs,
     tiles[nb, kb, p, 2 * n + e] = W[16 * nb + n, 32 * kb + 2 * p + e]      n, p < 16;  e < 2
 
 which is W [out, in] viewed as [out / 16, 16, in / 32, 16, 2] with its 16 outputs moved inside
-its 16 input pairs: one `permute` (after padding W with zeros to whole tiles). Why a kernel of our own: at a decode batch's shapes oneDNN spends
-~200 us per call whatever its size and wants bf16 activations (two casts per call); this one takes
-fp32 in and out, and is a C call a CPU graph can record. Measured on 2 cores of an AMX Xeon,
-SmolLM2's 121 weights at 32 rows, weights from memory: 27 ms against oneDNN's 53 ms.
+its 16 input pairs: one `permute`, after padding W with zeros to whole tiles.
+
+Why a kernel of our own: at a decode batch's few rows oneDNN's bf16 GEMM runs at about half its
+speed (SmolLM2's 121 weights from memory on 2 cores of an AMX Xeon: 40.9 vs 21.0 ms at 32 rows,
+30.4 vs 16.4 ms at one), and it wants bf16 activations (two casts per call); this one takes fp32 in
+and out, and is a C call a CPU graph can record.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ class AmxTileWeight(PackedWeight):
                                                    0, out_tiles * TILE_OUTPUTS - weight.shape[0]))
         pairs = padded.view(out_tiles, TILE_OUTPUTS, in_tiles, TILE_INPUTS // 2, 2)  # [nb, n, kb, p, e]
         tiles = pairs.permute(0, 2, 3, 1, 4).reshape(out_tiles, in_tiles, TILE_INPUTS // 2, 2 * TILE_OUTPUTS)
-        return AmxTileWeight(weight.shape, weight if keep_dense else None, None, tiles.contiguous())  # [nb, kb, p, 2n + e]
+        # tiles [nb, kb, p, 2n + e]
+        return AmxTileWeight(weight.shape, weight if keep_dense else None, None, tiles.contiguous())
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """x [tokens, in] fp32 @ W.T -> [tokens, out] fp32 (x rounded to bf16, sums in fp32)."""

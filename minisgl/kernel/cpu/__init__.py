@@ -68,6 +68,7 @@ class CpuKernels:
         self._bf16_tile_gemm = entry("bf16_tile_gemm", *[_POINTER] * 3, *[_INT] * 4)
         # whether this build has the AMX kernel and Linux let this process use the tiles (asked once, here)
         self.amx_bf16 = bool(library.amx_bf16_ready())
+        self._argmax_rows = entry("argmax_rows", _POINTER, _INT64, _INT, _INT, _POINTER, _INT)
         self._decode_attention = entry("decode_attention", _POINTER, _POINTER, _INT64, _POINTER, _INT64,
                                        *[_POINTER] * 4, _INT64, _POINTER, _POINTER, *[_INT] * 4, _FLOAT, _INT)
 
@@ -102,6 +103,15 @@ class CpuKernels:
         self._bf16_tile_gemm(tiles.data_ptr(), x.data_ptr(), y.data_ptr(), x.shape[0], out_features, in_features,
                              torch.get_num_threads())
         return y
+
+    def argmax_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """x [rows, cols] fp32 -> [rows] int64: torch.argmax(x, dim=-1) (first index on a tie, NaN
+        the largest), one C call over threads."""
+        rows = _rows(x)
+        out = torch.empty(rows.shape[0], dtype=torch.int64)
+        self._argmax_rows(rows.data_ptr(), rows.stride(0), rows.shape[0], rows.shape[1], out.data_ptr(),
+                          torch.get_num_threads())
+        return out
 
     def embedding(self, ids: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
         """ids [tokens] int64 -> their rows of table [rows, d] fp32, as F.embedding (an id outside
@@ -173,7 +183,8 @@ class CpuKernels:
 def _operands(x: torch.Tensor, out_features: int) -> tuple[torch.Tensor, torch.Tensor]:
     """x as contiguous fp32 rows (what the matmul kernels read) and an empty output [rows, out]."""
     if x.dim() != 2 or x.device.type != "cpu":
-        raise ValueError(f"minisgl's CPU matmul kernels take [rows, in] CPU tensors, not {tuple(x.shape)} on {x.device}")
+        raise ValueError(f"minisgl's CPU matmul kernels take [rows, in] CPU tensors, "
+                         f"not {tuple(x.shape)} on {x.device}")
     return x.float().contiguous(), torch.empty(x.shape[0], out_features)
 
 

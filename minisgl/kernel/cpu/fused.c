@@ -275,3 +275,40 @@ void decode_attention(const float *q, const float *k_new, int64_t k_new_stride, 
         }
     }
 }
+
+/* out[r] = the index of the largest of x[r, 0..cols), the first one on a tie, a NaN counting as
+ * larger than any number (as torch.argmax): greedy decoding's pick from the logits, rows over
+ * threads. torch.argmax took 3.2 ms for a batch of 32 SmolLM2 rows (32 x 49,152) on 2 cores; this
+ * reads them at memory speed. Two passes per row: the maximum (8 lanes at a time), then the first
+ * index holding it (the row is in cache by then). */
+void argmax_rows(const float *x, int64_t stride, int rows, int cols, int64_t *out, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float *row = x + (int64_t)r * stride;
+        float best = -INFINITY;
+        int has_nan = 0, j = 0;
+#ifdef __AVX2__
+        __m256 lanes = _mm256_set1_ps(-INFINITY), nan_lanes = _mm256_setzero_ps();
+        for (; j + 8 <= cols; j += 8) {
+            __m256 v = _mm256_loadu_ps(row + j);
+            lanes = _mm256_max_ps(v, lanes); /* max_ps keeps `lanes` where v is NaN */
+            nan_lanes = _mm256_or_ps(nan_lanes, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        }
+        float partial[8];
+        _mm256_storeu_ps(partial, lanes);
+        for (int l = 0; l < 8; l++) best = partial[l] > best ? partial[l] : best;
+        has_nan = _mm256_movemask_ps(nan_lanes) != 0;
+#endif
+        for (; j < cols; j++) {
+            best = row[j] > best ? row[j] : best;
+            has_nan |= isnan(row[j]);
+        }
+        int64_t pick = 0;
+        for (int64_t i = 0; i < cols; i++)
+            if (has_nan ? isnan(row[i]) : row[i] == best) {
+                pick = i;
+                break;
+            }
+        out[r] = pick;
+    }
+}
