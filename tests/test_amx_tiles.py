@@ -1,8 +1,8 @@
 """bf16 matmuls on AMX tiles (minisgl/kernel/cpu/amx_gemm.c, layers/amx_tiles.py): dense weights in
 tile order and GGUF's 4- and 8-bit blocks, each against the exact product of the bf16-rounded
 operands within fp32 summation, for shapes that are not whole tiles, any number of rows, any
-number of threads; rows computed on their own; inputs untouched. Skipped with the reason on CPUs
-without AMX (there the layers keep oneDNN and quant_gemm.c, tested elsewhere)."""
+number of threads; rows computed on their own; inputs untouched; sharded at tp 3. Skipped with
+the reason on CPUs without AMX (there the layers keep oneDNN and quant_gemm.c, tested elsewhere)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import os
 import pytest
 import torch
 
+from minisgl import LLM, SamplingParams
 from minisgl.kernel.cpu import cpu_kernels
 from minisgl.layers.amx_tiles import AmxTileWeight, amx_tiles_available
 from minisgl.layers.quantized import Int4Weight, quantize_q8_0
@@ -132,3 +133,17 @@ def test_inputs_the_tiles_cannot_take_are_refused() -> None:
         dense.matmul(torch.randn(3, 60))
     with pytest.raises(ValueError, match=r"\[rows, in\] CPU tensors"):
         dense.matmul(torch.randn(2, 3, 64))
+
+
+def test_sharded_tiles_give_tp_3_the_tokens_of_tp_1(tiny_model_dir) -> None:
+    # Each rank tiles its own shard (a 997-row vocabulary splits into 333 / 332 / 332 rows: partial
+    # tiles). bf16 rounds the same values at tp 1 and 3; only fp32 sums are split (the row-parallel
+    # all-reduce), far below these tiny models' gaps between the top tokens.
+    prompts = [[1, 5, 9, 200, 17], [1, 300, 301, 302, 9, 9, 9, 40], [1, 77]]
+    greedy = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    tokens = {}
+    for tp in (1, 3):
+        with LLM(tiny_model_dir("llama-tied"), tp_size=tp, dtype="float32", matmul_dtype="bfloat16",
+                 quantization="none", cpu_threads=1, num_pages=256, progress=False) as llm:
+            tokens[tp] = [o.token_ids for o in llm.generate(prompts, greedy)]
+    assert tokens[3] == tokens[1] and all(len(t) == 6 for t in tokens[1])
