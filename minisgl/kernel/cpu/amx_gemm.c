@@ -50,6 +50,7 @@
  * cores of an AMX Xeon, from memory, medians of 7: 28.0 -> 19.1 ms at 32 rows, 17.0 -> 13.6 ms at one
  * row, which then reads at the 19.7 GB/s a plain sum reaches). Past the end it is harmless. */
 #define PREFETCH_TILES 2
+#define STRIP_ROWS (2 * TILE_ROWS) /* weight rows a thread takes at a time: two tiles */
 
 /* LDTILECFG's 64-byte operand: palette 1, then bytes per row and rows of each tile register */
 typedef struct {
@@ -240,52 +241,31 @@ static inline __attribute__((always_inline)) void quantized_tile_gemm(const void
                                                                       DequantizeBlock dequantize_block,
                                                                       const float *x, float *y, int rows, int out,
                                                                       int in, int threads) {
-    int steps = in / TILE_INPUTS, padded_rows = (rows + 2 * TILE_ROWS - 1) / (2 * TILE_ROWS) * (2 * TILE_ROWS);
-    int strips = (out + 2 * TILE_ROWS - 1) / (2 * TILE_ROWS);
+    int steps = in / TILE_INPUTS, padded_rows = (rows + STRIP_ROWS - 1) / STRIP_ROWS * STRIP_ROWS;
+    int strips = (out + STRIP_ROWS - 1) / STRIP_ROWS;
     uint16_t *xb = rounded_activations(x, rows, in, padded_rows, in);
     const uint16_t *xt = (const uint16_t *)activation_tiles(xb, padded_rows, in);
 #pragma omp parallel num_threads(threads)
     {
-        uint16_t *strip = aligned_alloc(64, (size_t)2 * TILE_ROWS * in * sizeof(uint16_t)); /* [32, in] */
-        float sums[4][TILE_ROWS * TILE_ROWS];                                             /* C tiles: [n, m] */
+        uint16_t *strip = aligned_alloc(64, (size_t)STRIP_ROWS * in * sizeof(uint16_t)); /* [32, in] */
+        float sums[STRIP_ROWS * STRIP_ROWS]; /* the four C tiles as one: [32 outputs, 32 rows] */
         configure_tiles();
 #pragma omp for schedule(static)
         for (int s = 0; s < strips; s++) {
-            int n0 = s * 2 * TILE_ROWS;
-            for (int i = 0; i < 2 * TILE_ROWS; i++) { /* row by row: each reads its codes front to back */
+            int n0 = s * STRIP_ROWS;
+            for (int i = 0; i < STRIP_ROWS; i++) { /* row by row: each reads its codes front to back */
                 uint16_t *row = strip + (int64_t)i * in;
                 if (n0 + i >= out) memset(row, 0, (size_t)in * sizeof(uint16_t)); /* multiplies as zeros */
                 else
                     for (int b = 0; b < steps; b++)
                         dequantize_block(codes, scale, minimum, n0 + i, b, in, row + b * TILE_INPUTS);
             }
-            for (int m0 = 0; m0 < rows; m0 += 2 * TILE_ROWS) {
+            for (int m0 = 0; m0 < rows; m0 += STRIP_ROWS) { /* the weights are A here, the activations B */
                 const uint16_t *b0 = xt + (int64_t)(m0 / TILE_ROWS) * steps * TILE_ELEMENTS;
-                const uint16_t *b1 = b0 + (int64_t)steps * TILE_ELEMENTS;
-                _tile_zero(0);
-                _tile_zero(1);
-                _tile_zero(2);
-                _tile_zero(3);
-                for (int k = 0; k < steps; k++) {
-                    _tile_loadd(4, strip + k * TILE_INPUTS, in * 2);
-                    _tile_loadd(5, strip + (int64_t)TILE_ROWS * in + k * TILE_INPUTS, in * 2);
-                    _tile_loadd(6, b0 + (int64_t)k * TILE_ELEMENTS, 64);
-                    _tile_loadd(7, b1 + (int64_t)k * TILE_ELEMENTS, 64);
-                    _tile_dpbf16ps(0, 4, 6); /* outputs 0-15, rows 0-15 */
-                    _tile_dpbf16ps(1, 4, 7); /* outputs 0-15, rows 16-31 */
-                    _tile_dpbf16ps(2, 5, 6); /* outputs 16-31, rows 0-15 */
-                    _tile_dpbf16ps(3, 5, 7); /* outputs 16-31, rows 16-31 */
-                }
-                _tile_stored(0, sums[0], 64);
-                _tile_stored(1, sums[1], 64);
-                _tile_stored(2, sums[2], 64);
-                _tile_stored(3, sums[3], 64);
-                for (int t = 0; t < 4; t++) { /* sums[t][n][m] -> y[m0 + m, n0 + n], transposed */
-                    int n_first = n0 + (t / 2) * TILE_ROWS, m_first = m0 + (t % 2) * TILE_ROWS;
-                    for (int m = 0; m < TILE_ROWS && m_first + m < rows; m++)
-                        for (int n = 0; n < TILE_ROWS && n_first + n < out; n++)
-                            y[(int64_t)(m_first + m) * out + n_first + n] = sums[t][n * TILE_ROWS + m];
-                }
+                block_32_rows(strip, in, b0, b0 + (int64_t)steps * TILE_ELEMENTS, steps, sums, STRIP_ROWS);
+                for (int m = 0; m < STRIP_ROWS && m0 + m < rows; m++) /* sums [outputs, rows] -> y, transposed */
+                    for (int n = 0; n < STRIP_ROWS && n0 + n < out; n++)
+                        y[(int64_t)(m0 + m) * out + n0 + n] = sums[n * STRIP_ROWS + m];
             }
         }
         _tile_release();
