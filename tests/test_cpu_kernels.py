@@ -112,6 +112,19 @@ def test_inputs_the_kernels_cannot_take_are_refused() -> None:
 
 
 @needs_compiler
+def test_asking_for_amx_tiles_where_there_are_none_is_an_error_not_an_abort(monkeypatch: pytest.MonkeyPatch) -> None:
+    kernels = cpu_kernels()
+    monkeypatch.setattr(kernels, "amx_bf16", False)  # what a build for a CPU without AMX says
+    codes, scale, minimum = random_q4(32, 64, seed=3)
+    with pytest.raises(RuntimeError, match="no AMX-BF16 tiles"):
+        kernels.q4_1(codes, scale, minimum, torch.randn(9, 64), kernel="tiles")
+    with pytest.raises(RuntimeError, match="no AMX-BF16 tiles"):
+        kernels.q8_0(torch.zeros(32, 64, dtype=torch.int8), scale, torch.randn(9, 64), kernel="tiles")
+    with pytest.raises(RuntimeError, match="no AMX-BF16 tiles"):
+        kernels.bf16_tiles(torch.zeros(2, 2, 16, 32, dtype=torch.bfloat16), torch.randn(3, 64), 32, 64)
+
+
+@needs_compiler
 def test_more_rows_than_one_call_takes_are_done_in_chunks() -> None:
     kernels = cpu_kernels()
     codes, scale, minimum = random_q4(24, 64, seed=3)

@@ -78,6 +78,7 @@ class CpuKernels:
         uint8 (two per byte, as in GGUF), scale and minimum [out, in / 32] fp32. `kernel`: "gemv"
         (quant_gemv.c, a few rows), "gemm" (quant_gemm.c, more rows, fp32 products) or "tiles"
         (amx_gemm.c, more rows, bf16 products on AMX tiles; only where `amx_bf16`)."""
+        self._check_tiles(kernel)
         x, y = _operands(x, codes.shape[0])
         function = {"gemv": self._q4_1, "gemm": self._q4_1_gemm, "tiles": self._q4_1_tile_gemm}[kernel]
         function(codes.data_ptr(), scale.data_ptr(), minimum.data_ptr(), x.data_ptr(), y.data_ptr(),
@@ -87,6 +88,7 @@ class CpuKernels:
     def q8_0(self, codes: torch.Tensor, scale: torch.Tensor, x: torch.Tensor, kernel: str = "gemv") -> torch.Tensor:
         """x [rows, in] fp32 @ W.T -> [rows, out] fp32, W given as Q8_0 blocks: codes [out, in] int8,
         scale [out, in / 32] fp32; `kernel` as for q4_1."""
+        self._check_tiles(kernel)
         x, y = _operands(x, codes.shape[0])
         function = {"gemv": self._q8_0, "gemm": self._q8_0_gemm, "tiles": self._q8_0_tile_gemm}[kernel]
         function(codes.data_ptr(), scale.data_ptr(), x.data_ptr(), y.data_ptr(),
@@ -97,12 +99,19 @@ class CpuKernels:
         """x [rows, in] fp32 @ W.T -> [rows, out] fp32, multiplied on AMX tiles in bf16 (only where
         `amx_bf16`): W [out, in] given as bf16 tiles [ceil(out / 16), ceil(in / 32), 16, 32],
         zero-padded (amx_tiles.py's layout)."""
+        self._check_tiles("tiles")
         if x.shape[-1] != in_features:
             raise ValueError(f"x has {x.shape[-1]} inputs per row, the weight {in_features}")
         x, y = _operands(x, out_features)
         self._bf16_tile_gemm(tiles.data_ptr(), x.data_ptr(), y.data_ptr(), x.shape[0], out_features, in_features,
                              torch.get_num_threads())
         return y
+
+    def _check_tiles(self, kernel: str) -> None:
+        """The AMX entry points of a build without them abort the process: refuse in Python first."""
+        if kernel == "tiles" and not self.amx_bf16:
+            raise RuntimeError("this CPU (or this build of minisgl's kernels) has no AMX-BF16 tiles; "
+                               "use kernel 'gemm', or oneDNN's bf16 matmuls (prepacked.py)")
 
     def argmax_rows(self, x: torch.Tensor) -> torch.Tensor:
         """x [rows, cols] fp32 -> [rows] int64: torch.argmax(x, dim=-1) (first index on a tie, NaN
