@@ -40,8 +40,8 @@ def amx_tiles_available() -> bool:
 
 @dataclass
 class AmxTileWeight(PackedWeight):
-    """An fp32 weight stored as bf16 AMX tiles [out / 16, in / 32, 16, 32]. `dense` is kept only
-    where the plain fp32 rows are read too (the tied embedding's lookups)."""
+    """An fp32 weight stored as bf16 AMX tiles [ceil(out / 16), ceil(in / 32), 16, 32], zero-padded.
+    `dense` is kept only where the plain fp32 rows are read too (the tied embedding's lookups)."""
 
     tiles: torch.Tensor
 
