@@ -41,9 +41,8 @@ from minisgl.distributed.rendezvous import rendezvous
 from minisgl.kernel import cpu_kernels
 from minisgl.kvcache import KVCachePool
 from minisgl.layers import local_kv_heads, use_tp_ops
-from minisgl.layers.amx_tiles import amx_tiles_available
 from minisgl.layers.batch_invariant import set_batch_invariant
-from minisgl.layers.prepacked import prepack_linear_weights, prepacking_available
+from minisgl.layers.prepacked import matmuls_on_amx_tiles, prepack_linear_weights, prepacking_available
 from minisgl.models.config import ModelConfig
 from minisgl.models.registry import create_model
 from minisgl.models.stage import PipelineStage
@@ -280,7 +279,7 @@ class Engine:
         capture itself checks (batches above `max_quantized_rows` without AMX tiles take oneDNN's
         dense matmuls, and run eagerly)."""
         config = self.config
-        dense_in_c = config.matmul_dtype == "bfloat16" and amx_tiles_available()
+        dense_in_c = matmuls_on_amx_tiles(resolve_dtype(config.matmul_dtype))
         max_bs = config.cpu_graph_max_bs
         if max_bs is None:  # every batch whose matmuls are C calls
             quantized_only = config.max_quantized_rows if not dense_in_c else None

@@ -33,8 +33,8 @@ from minisgl.kernel import cpu_kernels
 from minisgl.layers import local_kv_heads, vocab_shard_size
 from minisgl.layers.base import Weight
 from minisgl.layers.linear import linear
-from minisgl.layers.amx_tiles import amx_tiles_available
-from minisgl.layers.prepacked import bf16_prepacking_available, dense_matmul_weight, prepacking_available
+from minisgl.layers.prepacked import (bf16_prepacking_available, dense_matmul_weight, matmuls_on_amx_tiles,
+                                      prepacking_available)
 from minisgl.layers.quantized import Int4Weight, PackedWeight, quantize_q8_0
 from minisgl.models.config import ModelConfig
 from minisgl.models.gguf_weights import find_model_gguf
@@ -203,7 +203,8 @@ def choose_precision(probe: ProbeResult, dtype: str | None = None, allow_quantiz
 def describe(precision: Precision) -> str:
     """One line for check_env and the logs: what `auto` picked."""
     if precision.matmul_dtype != precision.dtype:
-        layout = "AMX tiles, minisgl's kernel" if amx_tiles_available() else "prepacked for oneDNN"
+        on_tiles = matmuls_on_amx_tiles(DTYPE_NAMES[precision.matmul_dtype])
+        layout = "AMX tiles, minisgl's kernel" if on_tiles else "prepacked for oneDNN"
         dense = f"{precision.matmul_dtype} weights under {precision.dtype} activations ({layout})"
     else:
         prepacked = precision.dtype == "float32" and prepacking_available()

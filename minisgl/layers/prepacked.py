@@ -87,10 +87,16 @@ class PrepackedFloatWeight(PackedWeight):
         return self.shape.numel() * self.matmul_dtype.itemsize
 
 
+def matmuls_on_amx_tiles(matmul_dtype: torch.dtype) -> bool:
+    """Whether dense matmuls in `matmul_dtype` go to minisgl's AMX tile kernel here (bf16 where the
+    kernel runs), a C call, rather than to oneDNN, a PyTorch op."""
+    return matmul_dtype == torch.bfloat16 and amx_tiles_available()
+
+
 def dense_matmul_weight(weight: torch.Tensor, keep_dense: bool, matmul_dtype: torch.dtype) -> PackedWeight:
     """An fp32 weight in the form its matmuls run fastest here: bf16 AMX tiles for bf16 matmuls
     where minisgl's AMX kernel runs, else oneDNN's layout."""
-    if matmul_dtype == torch.bfloat16 and amx_tiles_available():
+    if matmuls_on_amx_tiles(matmul_dtype):
         return AmxTileWeight.from_dense(weight, keep_dense)
     return PrepackedFloatWeight.from_dense(weight, keep_dense, matmul_dtype)
 
