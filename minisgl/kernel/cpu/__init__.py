@@ -66,6 +66,9 @@ class CpuKernels:
         self._q4_1_tile_gemm = entry("q4_1_tile_gemm", *[_POINTER] * 5, *[_INT] * 4)
         self._q8_0_tile_gemm = entry("q8_0_tile_gemm", *[_POINTER] * 4, *[_INT] * 4)
         self._bf16_tile_gemm = entry("bf16_tile_gemm", *[_POINTER] * 3, *[_INT] * 4)
+        # the kernels `q4_1` / `q8_0` choose from, by name
+        self._q4_1_kernels = {"gemv": self._q4_1, "gemm": self._q4_1_gemm, "tiles": self._q4_1_tile_gemm}
+        self._q8_0_kernels = {"gemv": self._q8_0, "gemm": self._q8_0_gemm, "tiles": self._q8_0_tile_gemm}
         # whether this build has the AMX kernel and Linux let this process use the tiles (asked once, here)
         self.amx_bf16 = bool(library.amx_bf16_ready())
         self._argmax_rows = entry("argmax_rows", _POINTER, _INT64, _INT, _INT, _POINTER, _INT)
@@ -80,9 +83,8 @@ class CpuKernels:
         (amx_gemm.c, more rows, bf16 products on AMX tiles; only where `amx_bf16`)."""
         self._check_tiles(kernel)
         x, y = _operands(x, codes.shape[0])
-        function = {"gemv": self._q4_1, "gemm": self._q4_1_gemm, "tiles": self._q4_1_tile_gemm}[kernel]
-        function(codes.data_ptr(), scale.data_ptr(), minimum.data_ptr(), x.data_ptr(), y.data_ptr(),
-                 x.shape[0], codes.shape[0], x.shape[1], torch.get_num_threads())
+        self._q4_1_kernels[kernel](codes.data_ptr(), scale.data_ptr(), minimum.data_ptr(), x.data_ptr(),
+                                   y.data_ptr(), x.shape[0], codes.shape[0], x.shape[1], torch.get_num_threads())
         return y
 
     def q8_0(self, codes: torch.Tensor, scale: torch.Tensor, x: torch.Tensor, kernel: str = "gemv") -> torch.Tensor:
@@ -90,9 +92,8 @@ class CpuKernels:
         scale [out, in / 32] fp32; `kernel` as for q4_1."""
         self._check_tiles(kernel)
         x, y = _operands(x, codes.shape[0])
-        function = {"gemv": self._q8_0, "gemm": self._q8_0_gemm, "tiles": self._q8_0_tile_gemm}[kernel]
-        function(codes.data_ptr(), scale.data_ptr(), x.data_ptr(), y.data_ptr(),
-                 x.shape[0], codes.shape[0], x.shape[1], torch.get_num_threads())
+        self._q8_0_kernels[kernel](codes.data_ptr(), scale.data_ptr(), x.data_ptr(), y.data_ptr(),
+                                   x.shape[0], codes.shape[0], x.shape[1], torch.get_num_threads())
         return y
 
     def bf16_tiles(self, tiles: torch.Tensor, x: torch.Tensor, out_features: int, in_features: int) -> torch.Tensor:
