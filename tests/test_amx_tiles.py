@@ -14,7 +14,9 @@ import torch
 from minisgl import LLM, SamplingParams
 from minisgl.kernel.cpu import cpu_kernels
 from minisgl.layers.amx_tiles import AmxTileWeight, amx_tiles_available
-from minisgl.layers.quantized import Int4Weight, quantize_q8_0
+from minisgl.layers.quantized import quantize_q8_0
+
+from test_quantization import random_int4
 
 pytestmark = pytest.mark.skipif(not amx_tiles_available(), reason=(
     "no AMX-BF16 here (or Linux refused the tile state): bf16 matmuls keep oneDNN, quantized ones quant_gemm.c"))
@@ -30,11 +32,12 @@ def bf16(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.bfloat16).double()
 
 
-def assert_bf16_product(y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> None:
+def assert_bf16_product(y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, extra_relative: float = 0.0) -> None:
     """y is x @ W.T of the bf16-rounded operands, summed in fp32: each of its `in` additions and the
-    products' rounding moves a sum by at most 2^-24 of the sum of |products| (plus one for luck)."""
+    products' rounding moves a sum by at most 2^-24 of the sum of |products| (plus one for luck),
+    and `extra_relative` of that sum more where the weights themselves may differ slightly."""
     exact = bf16(x) @ bf16(weight).T
-    bound = (bf16(x).abs() @ bf16(weight).abs().T) * (x.shape[1] + 2) * 2.0**-24
+    bound = (bf16(x).abs() @ bf16(weight).abs().T) * ((x.shape[1] + 2) * 2.0**-24 + extra_relative)
     assert y.dtype == torch.float32 and y.shape == exact.shape
     assert ((y.double() - exact).abs() <= bound).all(), ((y.double() - exact).abs() / bound).max().item()
 
@@ -61,18 +64,11 @@ def test_dense_tiles_give_the_product_of_bf16_rounded_operands(shape: tuple[int,
         assert torch.equal(x, before)  # read, never written
 
 
-def q4_weight(out: int, inp: int, seed: int) -> Int4Weight:
-    generator = torch.Generator().manual_seed(seed)
-    codes = torch.randint(0, 16, (out, inp), generator=generator, dtype=torch.uint8)
-    return Int4Weight(codes, torch.rand(out, inp // 32, generator=generator) * 0.02,
-                      torch.rand(out, inp // 32, generator=generator) * -0.1, 32)
-
-
 @pytest.mark.parametrize("kind", ["q4_1", "q8_0"])
 @pytest.mark.parametrize("out", [64, 50, 17], ids=lambda o: f"out{o}")
 def test_gguf_blocks_on_tiles_give_the_product_of_bf16_rounded_operands(kind: str, out: int) -> None:
     kernels = cpu_kernels()
-    weight = q4_weight(out, 96, seed=out)
+    weight = random_int4(out, 96, seed=out)
     dense = weight.dequantize()  # [out, 96] fp32: GGUF's own d * q + m
     q4, q8 = weight.pack(torch.float32, None), quantize_q8_0(dense, None, keep_dense=False)
     for rows in [9, 16, 32, 33, 70]:
@@ -86,22 +82,14 @@ def test_gguf_blocks_on_tiles_give_the_product_of_bf16_rounded_operands(kind: st
             reference = q8.codes.float() * q8.scale.repeat_interleave(32, dim=1)
         # the kernel dequantizes with one FMA where GGUF multiplies then adds: a weight may differ in
         # its last fp32 bit, which bf16 rounding hides except at a tie; allow one bf16 step on top
-        assert_bf16_product_within(y, x, reference, extra_relative=2.0**-8)
+        assert_bf16_product(y, x, reference, extra_relative=2.0**-8)
         assert torch.equal(x, before)
-
-
-def assert_bf16_product_within(y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, extra_relative: float) -> None:
-    exact = bf16(x) @ bf16(weight).T
-    magnitude = bf16(x).abs() @ bf16(weight).abs().T
-    bound = magnitude * ((x.shape[1] + 2) * 2.0**-24 + extra_relative)
-    assert y.shape == exact.shape and y.dtype == torch.float32
-    assert ((y.double() - exact).abs() <= bound).all()
 
 
 def test_a_row_gets_the_same_bits_alone_or_in_any_batch() -> None:
     kernels = cpu_kernels()
     dense = AmxTileWeight.from_dense(torch.randn(80, 96), keep_dense=False)
-    packed = q4_weight(80, 96, seed=1).pack(torch.float32, None)
+    packed = random_int4(80, 96, seed=1).pack(torch.float32, None)
     x = torch.randn(70, 96)
     batched_dense = dense.matmul(x)
     batched_q4 = kernels.q4_1(packed.codes, packed.scale, packed.minimum, x, kernel="tiles")
@@ -114,7 +102,7 @@ def test_a_row_gets_the_same_bits_alone_or_in_any_batch() -> None:
 def test_threads_split_the_outputs_not_the_sums() -> None:
     kernels = cpu_kernels()
     dense = AmxTileWeight.from_dense(torch.randn(100, 64), keep_dense=False)
-    packed = q4_weight(100, 64, seed=2).pack(torch.float32, None)
+    packed = random_int4(100, 64, seed=2).pack(torch.float32, None)
     x = torch.randn(40, 64)
     before = torch.get_num_threads()
     try:
