@@ -52,7 +52,7 @@ MIN_CPU_SHARE = 0.75  # below it the probe shared its cores with other work: its
 GIVE_UP_FACTOR = 3.0  # one pass this much slower than the best variant so far is enough to rule it out
 DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 BF16_MATMULS = "float32+bf16"  # the probe's name for fp32 activations multiplied by bf16 weights (prepacked.py)
-PROBE_VERSION = 11  # bump when the measurement (or a kernel it times) changes, so old results are not reused
+PROBE_VERSION = 12  # bump when the measurement (or a kernel it times) changes, so old results are not reused
 
 logger = logging.getLogger(__name__)
 
