@@ -264,7 +264,9 @@ void decode_attention(const float *q, const float *k_new, int64_t k_new_stride, 
             attention_scores(queries, group, k_cache, &rows, scale, scores);
             for (int r = 0; r < group; r++) { /* softmax of each query head's scores */
                 float *row = scores + r * length, best = -INFINITY, total = 0.0f;
-                for (int64_t t = 0; t < length; t++) best = fmaxf(best, row[t]);
+                /* a comparison, not fmaxf: the same maximum (a NaN score is passed over either way),
+                   but fmaxf's NaN rules made it a call into libm per score */
+                for (int64_t t = 0; t < length; t++) best = row[t] > best ? row[t] : best;
                 for (int64_t t = 0; t < length; t++) row[t] -= best; /* minus the max: no overflow */
                 exp_in_place(row, length);
                 for (int64_t t = 0; t < length; t++) total += row[t];
