@@ -196,8 +196,8 @@ void bf16_tile_gemm(const uint16_t *tiles, const float *x, float *y, int rows, i
  * move 16 x 16 blocks through registers, and the dequantizer is called once per strip, not per
  * block (a call per block through a pointer is not inlined into OpenMP's outlined loop). Together
  * with the Q4_1 table lookup and prefetching, SmolLM2's 120 layer matmuls as Q4_1 at 32 rows, from
- * memory, went from 20.9 to 14.4 ms (2 cores of an AMX Xeon, medians of 15, alternated; the same
- * bits), about what the same matmuls take in bf16 tiles. */
+ * memory, went from 20.9 to 14.4 ms (2 cores of an AMX Xeon, medians of 15, alternated, as
+ * benchmark/cpu_matmuls.py times them; the same bits), about what they take in bf16 tiles. */
 
 /* How many weight rows ahead of the dequantizer a strip's codes and scales are fetched into cache.
  * A row's codes are only a few cache lines (288 bytes at 576 inputs), too short a run for the
