@@ -28,12 +28,12 @@ from collections.abc import Callable
 
 import torch
 
-from minisgl.engine.precision import MAX_EVICT_BYTES, last_level_cache_bytes, rank_linear_shapes
+from minisgl.engine.precision import MAX_EVICT_BYTES, last_level_cache_bytes, random_int4_weight, rank_linear_shapes
 from minisgl.kernel import cpu_kernels
 from minisgl.kernel.cpu import CpuKernels
 from minisgl.layers.amx_tiles import AmxTileWeight, amx_tiles_available
 from minisgl.layers.prepacked import PrepackedFloatWeight, bf16_prepacking_available, prepacking_available
-from minisgl.layers.quantized import Int4Weight
+from minisgl.layers.quantized import BlockQ4Weight
 from minisgl.models.config import ModelConfig
 from minisgl.testing.shapes import SHAPES
 
@@ -60,28 +60,16 @@ def kernels_here(shapes: list[tuple[int, int]], generator: torch.Generator) -> d
             sum(w.numel() * 2 for w in dense))
     kernels = cpu_kernels()
     if kernels is not None:
-        q4 = [quantized_q4_1(shape, generator) for shape in shapes]
-        nbytes = sum(c.nbytes + s.nbytes + m.nbytes for c, s, m in q4)
+        q4 = [random_int4_weight(shape, generator) for shape in shapes]  # minisgl's Q4_1 blocks
+        nbytes = sum(weight.kernel_bytes for weight in q4)
         for kernel in ("gemv", "gemm") + (("tiles",) if kernels.amx_bf16 else ()):
             forms[f"Q4_1, {kernel}"] = ([q4_1_matmul(kernels, weight, kernel) for weight in q4], nbytes)
     return forms
 
 
-def quantized_q4_1(shape: tuple[int, int], generator: torch.Generator) -> tuple[torch.Tensor, ...]:
-    """Random Q4_1 blocks of an [out, in] weight in the layout minisgl's kernels read: codes
-    [out, in / 2] uint8, scale and minimum [out, in / 32] fp32 (the loader's `BlockQ4Weight`)."""
-    out_features, in_features = shape
-    groups = in_features // 32
-    weight = Int4Weight(torch.randint(0, 16, shape, generator=generator, dtype=torch.uint8),
-                        torch.rand(out_features, groups, generator=generator) * 0.01,
-                        torch.rand(out_features, groups, generator=generator) * -0.05, 32)
-    packed = weight.pack(torch.float32, None)
-    return packed.codes, packed.scale, packed.minimum
-
-
-def q4_1_matmul(kernels: CpuKernels, weight: tuple[torch.Tensor, ...], kernel: str) -> Matmul:
-    codes, scale, minimum = weight
-    return lambda x: kernels.q4_1(codes, scale, minimum, x, kernel=kernel)
+def q4_1_matmul(kernels: CpuKernels, weight: BlockQ4Weight, kernel: str) -> Matmul:
+    """`weight`'s matmul on one of minisgl's Q4_1 kernels, whatever the batch size."""
+    return lambda x: kernels.q4_1(weight.codes, weight.scale, weight.minimum, x, kernel=kernel)
 
 
 def main() -> None:

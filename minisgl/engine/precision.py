@@ -283,7 +283,7 @@ def run_probe(model: ModelConfig, tp_size: int, threads: int) -> ProbeResult:
             head_ms[name] = _time_rows([head], dtype, head_ms, 1.0, evict)
             del weights
         try:
-            packed = [_random_int4(s, generator) for s in shapes * num_probe_layers]
+            packed = [random_int4_weight(s, generator) for s in shapes * num_probe_layers]
             ms["int4"] = _time_rows(packed, torch.float32, ms, scale, evict)
             head = quantize_q8_0(torch.randn(head_shape, generator=generator), None, keep_dense=False)
             head_ms["int8"] = _time_rows([head], torch.float32, head_ms, 1.0, evict)
@@ -311,7 +311,9 @@ def _engine_form(weight: torch.Tensor, dtype: torch.dtype, matmul_dtype: torch.d
     return weight.to(dtype)
 
 
-def _random_int4(shape: tuple[int, int], generator: torch.Generator) -> PackedWeight:
+def random_int4_weight(shape: tuple[int, int], generator: torch.Generator) -> PackedWeight:
+    """A random 4-bit weight of `shape` in the form the engine multiplies (minisgl's Q4_1 blocks
+    where its kernels are built): what the probe and benchmark/cpu_matmuls.py time."""
     out_features, in_features = shape
     groups = max(1, in_features // 32)  # a partial group makes pack() refuse the shape, as it would the model
     codes = torch.randint(0, 16, shape, generator=generator, dtype=torch.uint8)
