@@ -28,12 +28,12 @@ from collections.abc import Callable
 
 import torch
 
-from minisgl.engine.precision import MAX_EVICT_BYTES, last_level_cache_bytes, random_int4_weight, rank_linear_shapes
+from minisgl.engine.precision import eviction_buffer, random_int4_weight, rank_linear_shapes
 from minisgl.kernel import cpu_kernels
 from minisgl.kernel.cpu import CpuKernels
 from minisgl.layers.amx_tiles import AmxTileWeight, amx_tiles_available
 from minisgl.layers.prepacked import PrepackedFloatWeight, bf16_prepacking_available, prepacking_available
-from minisgl.layers.quantized import BlockQ4Weight
+from minisgl.layers.quantized import BlockQ4Weight, PackedWeight
 from minisgl.models.config import ModelConfig
 from minisgl.testing.shapes import SHAPES
 
@@ -46,18 +46,15 @@ def kernels_here(shapes: list[tuple[int, int]], generator: torch.Generator) -> d
     dense = [torch.randn(shape, generator=generator) * 0.02 for shape in shapes]
     forms: dict[str, tuple[list[Matmul], int]] = {}
 
-    def add(name: str, weights: list, nbytes: int) -> None:
-        forms[name] = ([w.matmul for w in weights], nbytes)
+    def add(name: str, weights: list[PackedWeight]) -> None:
+        forms[name] = ([w.matmul for w in weights], sum(w.kernel_bytes for w in weights))
 
     if prepacking_available():
-        add("fp32, oneDNN", [PrepackedFloatWeight.from_dense(w, keep_dense=False) for w in dense],
-            sum(w.numel() * 4 for w in dense))
+        add("fp32, oneDNN", [PrepackedFloatWeight.from_dense(w, keep_dense=False) for w in dense])
     if bf16_prepacking_available():
-        add("bf16, oneDNN", [PrepackedFloatWeight.from_dense(w, False, torch.bfloat16) for w in dense],
-            sum(w.numel() * 2 for w in dense))
+        add("bf16, oneDNN", [PrepackedFloatWeight.from_dense(w, False, torch.bfloat16) for w in dense])
     if amx_tiles_available():
-        add("bf16, AMX tiles", [AmxTileWeight.from_dense(w, keep_dense=False) for w in dense],
-            sum(w.numel() * 2 for w in dense))
+        add("bf16, AMX tiles", [AmxTileWeight.from_dense(w, keep_dense=False) for w in dense])
     kernels = cpu_kernels()
     if kernels is not None:
         q4 = [random_int4_weight(shape, generator) for shape in shapes]  # minisgl's Q4_1 blocks
@@ -88,7 +85,7 @@ def main() -> None:
           f"threads, medians of {args.rounds} rounds, weights from memory")
     forms = kernels_here(shapes, torch.Generator().manual_seed(0))
     weights = sum(out * inp for out, inp in shapes)
-    evict = torch.empty(min(2 * last_level_cache_bytes(), MAX_EVICT_BYTES) // 4)
+    evict = eviction_buffer()
     print(f"{'kernel':18s} {'rows':>4s} {'ms/step':>8s} {'GB/s':>7s} {'GFLOP/s':>8s}")
     for rows in args.rows:
         inputs = {inp: torch.randn(rows, inp) for _, inp in shapes}

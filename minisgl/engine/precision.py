@@ -271,7 +271,7 @@ def run_probe(model: ModelConfig, tp_size: int, threads: int) -> ProbeResult:
     try:
         ms: dict[str, dict[int, float]] = {}
         head_ms: dict[str, dict[int, float]] = {}
-        evict = torch.empty(min(2 * last_level_cache_bytes(), MAX_EVICT_BYTES) // 4)  # see _time_rows
+        evict = eviction_buffer()  # see _time_rows
         forms = [(name, dtype, dtype) for name, dtype in DTYPE_NAMES.items()]  # (name, activations, weights)
         if bf16_prepacking_available():
             forms.append((BF16_MATMULS, torch.float32, torch.bfloat16))
@@ -345,6 +345,12 @@ def _time_rows(weights: list, dtype: torch.dtype, others: dict[str, dict[int, fl
                 break
         result[rows] = statistics.median(samples[1:] or samples)
     return result
+
+
+def eviction_buffer() -> torch.Tensor:
+    """An fp32 buffer of twice the last-level cache (at most MAX_EVICT_BYTES): writing it pushes
+    whatever a timed pass would otherwise find in cache back out to memory."""
+    return torch.empty(min(2 * last_level_cache_bytes(), MAX_EVICT_BYTES) // 4)
 
 
 def last_level_cache_bytes() -> int:

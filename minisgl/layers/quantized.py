@@ -26,9 +26,9 @@ row, so `PackedInt8Weight` calls it once per block column and adds the partial r
 scales in bf16). It serves the LM head's matmul; lookups keep reading the dense table.
 
 Both forms stream 4 to 8 bits per weight instead of 32 or 16, which is what a decode step of a few
-rows waits for. Above a few rows (`gemv_max_rows()`) arithmetic decides instead: minisgl's blocks then go to
-its matrix-matrix kernels (a tile of weights dequantized once, then multiplied: with fp32 FMAs in
-quant_gemm.c, or in bf16 on AMX tiles in amx_gemm.c where the CPU has them), which
+rows waits for. Above a few rows (`gemv_max_rows()`) arithmetic decides instead: minisgl's blocks
+then go to its matrix-matrix kernels (a tile of weights dequantized once, then multiplied: with
+fp32 FMAs in quant_gemm.c, or in bf16 on AMX tiles in amx_gemm.c where the CPU has them), which
 in a decode step, whose weights come from memory rather than cache, beat oneDNN's fp32 GEMM on the
 dense weights. PyTorch's int4 / int8 kernels do not, so with them (or wherever `dtype="auto"`'s
 probe finds dense weights faster) batches above `max_quantized_rows` rows run from a dense copy.

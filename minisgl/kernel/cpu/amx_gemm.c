@@ -14,11 +14,12 @@
  * oneDNN's bf16 GEMM does the same arithmetic, but at a decode batch's few rows it runs at about
  * half this kernel's speed (SmolLM2's 121 weights from memory, 2 cores of an AMX Xeon, medians of
  * 7: 1 row 30.4 vs 16.4 ms, 32 rows 40.9 vs 21.0, 64 rows 44.2 vs 33.6), and it takes bf16
- * activations, so every call sat between two PyTorch casts. This kernel takes fp32 x, rounds it to bf16 itself (round to nearest even, as
- * `x.to(torch.bfloat16)`), writes fp32 y, and reads weights the loader put in tile order once
- * (minisgl/layers/amx_tiles.py): tiles [out / 16, in / 32, 16, 32] bf16, each 1 KiB tile the exact
- * bytes a tile load wants, a weight row's tiles one after the other, zeros where a shape is not a
- * whole number of tiles. Being a C call, a decode step made of it can be replayed as a CPU graph.
+ * activations, so every call sat between two PyTorch casts. This kernel takes fp32 x, rounds it to
+ * bf16 itself (round to nearest even, as `x.to(torch.bfloat16)`), writes fp32 y, and reads weights
+ * the loader put in tile order once (minisgl/layers/amx_tiles.py): tiles [out / 16, in / 32, 16, 32]
+ * bf16, each 1 KiB tile the exact bytes a tile load wants, a weight row's tiles one after the other,
+ * zeros where a shape is not a whole number of tiles. Being a C call, a decode step made of it can
+ * be replayed as a CPU graph.
  *
  * Threads take pairs of 16-row weight tiles (32 outputs), and for each pair every block of 32
  * activation rows: 4 C tiles + 2 A tiles + 2 B tiles, all eight registers. A block of 16 rows
@@ -93,11 +94,14 @@ static uint16_t *rounded_activations(const float *x, int rows, int in, int padde
     return xb;
 }
 
+/* Ask for `bytes` from `start` on into the L1 cache, a 64-byte line at a time */
+static inline void prefetch_bytes(const void *start, int64_t bytes) {
+    for (int64_t line = 0; line < bytes; line += 64) _mm_prefetch((const char *)start + line, _MM_HINT_T0);
+}
+
 /* Ask for weight tile `step` + PREFETCH_TILES of b (NULL: none): 16 cache lines */
 static inline void prefetch_tile(const uint16_t *b, int step) {
-    if (!b) return;
-    const char *tile = (const char *)(b + (int64_t)(step + PREFETCH_TILES) * TILE_ELEMENTS);
-    for (int line = 0; line < TILE_ELEMENTS * 2; line += 64) _mm_prefetch(tile + line, _MM_HINT_T0);
+    if (b) prefetch_bytes(b + (int64_t)(step + PREFETCH_TILES) * TILE_ELEMENTS, TILE_ELEMENTS * sizeof(uint16_t));
 }
 
 /* The sums of 32 activation rows (a, row stride `lda` elements) with the weight tiles b0 and b1
@@ -203,10 +207,6 @@ void bf16_tile_gemm(const uint16_t *tiles, const float *x, float *y, int rows, i
  * A row's codes are only a few cache lines (288 bytes at 576 inputs), too short a run for the
  * hardware prefetcher to get ahead of. */
 #define PREFETCH_ROWS 4
-
-static inline void prefetch_bytes(const void *start, int64_t bytes) {
-    for (int64_t line = 0; line < bytes; line += 64) _mm_prefetch((const char *)start + line, _MM_HINT_T0);
-}
 
 /* Weight rows n0 .. n0 + count - 1 (each `in` inputs, blocks of 32) -> strip [count, in] bf16 */
 typedef void (*DequantizeRows)(const void *codes, const float *scale, const float *minimum, int n0, int count,
