@@ -7,7 +7,10 @@ before each batched run, since a shared machine's speed drifts within minutes. T
 the whole run: the matmul flops it computed (2 per weight per token through the decoder's linear
 layers, prompt tokens included and, for minisgl, those its prefix cache skipped left out; the LM
 head once per generated token) over its seconds. For minisgl it is also given for decode steps
-alone, from a second run of the same prompts, whose prefill its prefix cache then skips.
+alone, from a second run of the same prompts, whose prefill its prefix cache then skips, beside the
+memory ceiling of those steps: the share of the peak they could reach if reading memory were all
+they did (each step's weights and the keys and values it attends over, at the read bandwidth
+measured right before). Where that ceiling is under 100 %, no kernel can take them to the peak.
 For minisgl's bf16 and GGUF runs it also counts the greedy answers equal to its fp32 run's. Last,
 llama.cpp and minisgl's GGUF single stream take turns `--rounds` times and the median ratio is
 printed: on a shared machine whose speed drifts between runs, neighbouring runs compare fairly.
@@ -100,6 +103,8 @@ class Result:
     same_as_fp32: str = ""  # minisgl: "k/n" greedy answers equal to minisgl fp32's at this batch
     decode_gflops: float | None = None  # minisgl: the same prompts again, their prefill cached: decode steps
     decode_peak_gflops: float | None = None  # measured right before that second run
+    decode_ceiling_gflops: float | None = None  # what memory allows those decode steps (decode_ceiling)
+    decode_read_gbs: float | None = None  # the read bandwidth that ceiling assumes, measured right before
 
 
 def measure_machine(threads: int) -> Machine:
@@ -107,10 +112,14 @@ def measure_machine(threads: int) -> Machine:
     1536 x 1536 weight, the call the engine makes; a square `a @ a` in bf16 takes a much slower path
     on AVX2)."""
     torch.set_num_threads(threads)
-    big = torch.ones(128 << 20)  # 512 MiB of fp32: far past any cache
-    read_s = median_seconds(lambda: big.sum(), 5)
     peak = {name: matmul_peak(name) for name in ("float32", "bfloat16")}
-    return Machine(threads, big.numel() * 4 / read_s / 1e9, peak)
+    return Machine(threads, read_bandwidth(), peak)
+
+
+def read_bandwidth() -> float:
+    """GB/s of a sum over 512 MiB of fp32, far past any cache (median of 5 runs)."""
+    big = torch.ones(128 << 20)
+    return big.nbytes / median_seconds(lambda: big.sum(), 5) / 1e9
 
 
 def matmul_peak(dtype: str, repeats: int = 10) -> float:
@@ -261,16 +270,39 @@ def gguf_weight_type(gguf_path: Path) -> str:
     return counts.most_common(1)[0][0]
 
 
-def minisgl_step_bytes(llm: LLM) -> int:
-    """Weight bytes a decode step of a few rows reads (quantized weights without their dense copy)."""
+def minisgl_step_bytes(llm: LLM, rows: int = 1) -> int:
+    """Weight bytes a decode step of `rows` rows reads: a quantized weight's own bytes up to its row
+    limit, its dense copy's above it."""
     engine = llm._backend.scheduler.engine
     total = 0
     for name, weight in engine.model.state_dict().items():
         if isinstance(weight, PackedWeight):
-            total += weight.kernel_bytes
+            dense = weight.dense
+            if weight.max_quantized_rows is None or rows <= weight.max_quantized_rows:
+                total += weight.kernel_bytes
+            else:
+                total += dense.kernel_bytes if isinstance(dense, PackedWeight) else dense.nbytes
         elif not (name.endswith("embed_tokens.weight") and not engine.model_config.tie_word_embeddings):
             total += weight.nbytes  # an untied embedding is only looked up, one row per token
     return total
+
+
+def decode_ceiling(llm: LLM, prompts: list[list[int]], answers: list[list[int]], flops: MatmulFlops,
+                   read_gbs: float) -> float:
+    """GFLOP/s the decode steps of a run could reach if reading memory were all they did: their
+    matmul flops over the seconds `read_gbs` needs for the bytes they cannot avoid reading, which
+    are each step's weights (in the form its batch size uses) and the cached keys and values of
+    every request in it. The step that makes a request's k-th token (k >= 2) attends over its prompt
+    and k - 1 generated tokens."""
+    pool = llm._backend.scheduler.engine.kv_pool
+    kv_bytes_per_token = 2 * pool.k_buffer[:, 0].nbytes  # K and V, every layer
+    lengths = [len(answer) for answer in answers]
+    step_flops = step_bytes = 0
+    for k in range(2, max(lengths) + 1):
+        attending = [len(prompt) + k - 1 for prompt, n in zip(prompts, lengths) if n >= k]
+        step_flops += len(attending) * (flops.decoder + flops.head)
+        step_bytes += minisgl_step_bytes(llm, len(attending)) + kv_bytes_per_token * sum(attending)
+    return read_gbs * step_flops / step_bytes
 
 
 def matmul_flops(model_dir: Path) -> MatmulFlops:
@@ -294,7 +326,9 @@ def report(results: list[Result], machine: Machine, dtype_of: dict[str, str]) ->
             dtype = dtype_of.get(r.weights, "float32")
             share = f"{r.gflops / r.peak_gflops:5.1%} of {dtype} matmul peak ({r.peak_gflops:.0f} GFLOP/s)"
             if r.decode_gflops is not None:
-                share += f", {r.decode_gflops / r.decode_peak_gflops:.1%} in decode steps"
+                ceiling = min(1.0, r.decode_ceiling_gflops / r.decode_peak_gflops)
+                share += (f", {r.decode_gflops / r.decode_peak_gflops:.1%} in decode steps "
+                          f"(memory ceiling {ceiling:.0%} at {r.decode_read_gbs:.1f} GB/s)")
         print(f"{r.engine:<13}{r.weights:<40}{r.batch:>5}{r.tok_s:>9.1f}{ratio:>11}{r.same_as_fp32:>7}  {share}")
 
 
@@ -376,12 +410,14 @@ def main() -> None:
             if variant != "float32" and ("float32", batch) in answers:
                 equal = sum(a == b for a, b in zip(answers[variant, batch], answers["float32", batch]))
                 same = f"{equal}/{batch}"
-            decode_gflops = decode_peak = None
+            decode_gflops = decode_peak = ceiling = read_gbs = None
             if batch > 1:
-                decode_peak = matmul_peak(config.matmul_dtype)
-                decode_gflops = run_minisgl(llm, prompts[batch], args.new_tokens, args.until_eos, flops)[1]
+                decode_peak, read_gbs = matmul_peak(config.matmul_dtype), read_bandwidth()
+                decode_gflops, decode_answers = run_minisgl(llm, prompts[batch], args.new_tokens, args.until_eos,
+                                                            flops)[1:]
+                ceiling = decode_ceiling(llm, prompts[batch], decode_answers, flops, read_gbs)
             results.append(Result("minisgl", label, batch, tok_s, step_bytes, gflops, peak, same, decode_gflops,
-                                  decode_peak))
+                                  decode_peak, ceiling, read_gbs))
             print(f"minisgl {label} batch {batch}: {tok_s:.1f} tok/s", flush=True)
         llm.shutdown()
 
