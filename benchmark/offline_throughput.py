@@ -1,16 +1,17 @@
 """Offline decode throughput on this CPU, side by side in one run: llama.cpp on the same GGUF file
 (single stream), transformers' batched `generate`, and minisgl at several batch sizes with fp32,
-bf16 and 4-bit GGUF weights. Before the runs it measures this machine's read bandwidth and matmul
-peak, and prints each result as a fraction of them: the bandwidth floor (every weight byte read
-once per decode step) at batch 1, the matmul peak at batch >= 16. That peak is measured again right
-before each batched run, since a shared machine's speed drifts within minutes. The fraction is of
-the whole run: the matmul flops it computed (2 per weight per token through the decoder's linear
-layers, prompt tokens included and, for minisgl, those its prefix cache skipped left out; the LM
-head once per generated token) over its seconds. For minisgl it is also given for decode steps
-alone, from a second run of the same prompts, whose prefill its prefix cache then skips, beside the
-memory ceiling of those steps: the share of the peak they could reach if reading memory were all
-they did (each step's weights and the keys and values it attends over, at the read bandwidth
-measured right before). Where that ceiling is under 100 %, no kernel can take them to the peak.
+bf16 and 4-bit GGUF weights, the last also with a bf16 KV cache. Before the runs it measures this
+machine's read bandwidth and matmul peak, and prints each result as a fraction of them: the
+bandwidth floor (every weight byte read once per decode step) at batch 1, the matmul peak at batch
+>= 16. That peak is measured again right before each batched run, since a shared machine's speed
+drifts within minutes. The fraction is of the whole run: the matmul flops it computed (2 per
+weight per token through the decoder's linear layers, prompt tokens included and, for minisgl,
+those its prefix cache skipped left out; the LM head once per generated token) over its seconds.
+For minisgl it is also given for decode steps alone, from a second run of the same prompts, whose
+prefill its prefix cache then skips, beside the memory ceiling of those steps: the share of the
+peak they could reach if reading memory were all they did (each step's weights and the keys and
+values it attends over, at the read bandwidth measured right before). Where that ceiling is under
+100 %, no kernel can take them to the peak.
 For minisgl's bf16 and GGUF runs it also counts the greedy answers equal to its fp32 run's. Last,
 llama.cpp and minisgl's GGUF single stream take turns `--rounds` times and the median ratio is
 printed: on a shared machine whose speed drifts between runs, neighbouring runs compare fairly.
@@ -68,7 +69,8 @@ LLAMA_CPP_WITHOUT_AMX = ('CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FM
                                                      "pip install --force-reinstall --no-deps --no-cache-dir"))
 MINISGL_VARIANTS = {"float32": dict(dtype="float32", quantization="none"),
                     "bfloat16": dict(dtype="bfloat16", quantization="none"),
-                    "gguf": dict(dtype="auto", quantization="gguf")}  # 4-bit weights, dtype as auto picks
+                    "gguf": dict(dtype="auto", quantization="gguf"),  # 4-bit weights, dtype as auto picks
+                    "gguf-kv-bf16": dict(dtype="auto", quantization="gguf", kv_cache_dtype="bfloat16")}
 
 
 @dataclass
@@ -315,7 +317,7 @@ def matmul_flops(model_dir: Path) -> MatmulFlops:
 
 def report(results: list[Result], machine: Machine, dtype_of: dict[str, str]) -> None:
     baseline = {r.batch: r.tok_s for r in results if r.engine == "transformers" and r.weights == "float32"}
-    print(f"\n{'engine':<13}{'weights':<40}{'batch':>5}{'tok/s':>9}{'vs hf fp32':>11}{'=fp32':>7}  of the machine")
+    print(f"\n{'engine':<13}{'weights':<56}{'batch':>5}{'tok/s':>9}{'vs hf fp32':>11}{'=fp32':>7}  of the machine")
     for r in results:
         ratio = f"{r.tok_s / baseline[r.batch]:.2f}x" if r.batch in baseline else "-"
         if r.batch == 1:
@@ -329,7 +331,7 @@ def report(results: list[Result], machine: Machine, dtype_of: dict[str, str]) ->
                 ceiling = min(1.0, r.decode_ceiling_gflops / r.decode_peak_gflops)
                 share += (f", {r.decode_gflops / r.decode_peak_gflops:.1%} in decode steps "
                           f"(memory ceiling {ceiling:.0%} at {r.decode_read_gbs:.1f} GB/s)")
-        print(f"{r.engine:<13}{r.weights:<40}{r.batch:>5}{r.tok_s:>9.1f}{ratio:>11}{r.same_as_fp32:>7}  {share}")
+        print(f"{r.engine:<13}{r.weights:<56}{r.batch:>5}{r.tok_s:>9.1f}{ratio:>11}{r.same_as_fp32:>7}  {share}")
 
 
 def main() -> None:
@@ -389,16 +391,18 @@ def main() -> None:
 
     answers: dict[tuple[str, int], list[list[int]]] = {}  # (variant, batch) -> greedy answers
     for variant in args.minisgl:
-        if variant == "gguf" and gguf_path is None:
-            print("minisgl gguf skipped: no *.gguf next to the checkpoint")
+        if variant.startswith("gguf") and gguf_path is None:
+            print(f"minisgl {variant} skipped: no *.gguf next to the checkpoint")
             continue
         # cpu_threads: the engine runs, and dtype "auto" probes, with --threads threads
         llm = LLM(model_dir, progress=False, cpu_threads=args.threads, **MINISGL_VARIANTS[variant])
         config = llm.config  # what dtype / quantization "auto" resolved to
         rows = "every batch" if config.max_quantized_rows is None else f"<={config.max_quantized_rows} rows"
-        label = variant if variant != "gguf" else f"gguf {rows}, {config.dtype}"
+        label = variant if not variant.startswith("gguf") else f"gguf {rows}, {config.dtype}"
         if config.matmul_dtype != config.dtype:
             label += f", {config.matmul_dtype} matmuls"
+        if config.kv_cache_dtype != config.dtype:
+            label += f", {config.kv_cache_dtype} KV"
         dtype_of[label] = config.matmul_dtype  # the dtype its dense matmuls run in, so the peak to compare with
         step_bytes = minisgl_step_bytes(llm)
         run_minisgl(llm, make_prompts(tokenizer, 2, seed=99), 4, False, flops)  # warm-up

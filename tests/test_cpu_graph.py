@@ -133,9 +133,11 @@ def decode_both_ways(engine: Engine, prompts: list[list[int]], steps: int) -> li
 
 
 @needs_kernels
-def test_graph_replays_give_the_eager_logits_step_after_step(q4_model) -> None:
-    engine = engine_for(q4_model)
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "bfloat16"])
+def test_graph_replays_give_the_eager_logits_step_after_step(q4_model, kv_cache_dtype: str) -> None:
+    engine = engine_for(q4_model, kv_cache_dtype=kv_cache_dtype)
     try:
+        assert engine.kv_pool.k_buffer.dtype == (torch.bfloat16 if kv_cache_dtype == "bfloat16" else torch.float32)
         pairs = decode_both_ways(engine, [[1, 5, 9, 200, 17], [1, 300, 301, 302, 9, 9, 9, 40, 7], [1, 77]], steps=6)
         assert sorted(engine.cpu_graphs.graphs) == [2, 3]  # one recording per batch size, replayed twice each
         for eager, graph in pairs:

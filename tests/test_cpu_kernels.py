@@ -84,6 +84,17 @@ def test_the_portable_path_computes_what_the_avx2_path_does(fresh_cache: Path) -
                                    avx2.q8_0(codes8, scale, x, kernel="gemm"), rtol=1e-5, atol=1e-4)
     cases = argmax_cases()
     assert torch.equal(portable.argmax_rows(cases), avx2.argmax_rows(cases))  # both torch.argmax's picks
+    generator = torch.Generator().manual_seed(9)
+    for cache_dtype in (torch.float32, torch.bfloat16):  # decode attention over a 21-key request, 3 KV heads of 64
+        generator = torch.Generator().manual_seed(9)
+        k_cache, v_cache = (torch.randn(24, 3, 64, generator=generator).to(cache_dtype) for _ in range(2))
+        q, k, v = (torch.randn(1, heads, 64, generator=generator) for heads in (9, 3, 3))
+        slots = torch.randperm(24, generator=generator)[:21].unsqueeze(0)
+        new_slot, lengths = slots[:, -1].clone(), torch.tensor([21])
+        torch.testing.assert_close(
+            portable.decode_attention(q, k, v, new_slot, k_cache.clone(), v_cache.clone(), slots, lengths, 0.125),
+            avx2.decode_attention(q, k, v, new_slot, k_cache.clone(), v_cache.clone(), slots, lengths, 0.125),
+            rtol=1e-5, atol=1e-5)
 
 
 def test_no_compiler_is_a_clear_error_and_a_logged_fallback(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch,
@@ -213,16 +224,19 @@ def test_silu_and_mul_is_silu_of_gate_times_up(rows: int, spread: float) -> None
 
 
 # (q_heads, kv_heads, head_dim): with AVX2, scores take four keys at a time where head_dim is a
-# multiple of 8 and values 32 floats at a time where it is a multiple of 32; the rest is portable C
+# multiple of 8 and values 32 floats at a time where it is a multiple of 32; the rest is portable C.
+# The cache holds fp32, or bf16 (--kv-cache-dtype bfloat16): stored rounded as torch rounds, read widened.
 @pytest.mark.parametrize("heads", [(6, 2, 16), (9, 3, 64), (8, 8, 128), (4, 1, 40), (2, 1, 12)])
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
 @needs_compiler
-def test_decode_attention_stores_the_new_rows_then_reads_each_requests_own(heads: tuple[int, int, int]) -> None:
+def test_decode_attention_stores_the_new_rows_then_reads_each_requests_own(heads: tuple[int, int, int],
+                                                                          cache_dtype: torch.dtype) -> None:
     generator = torch.Generator().manual_seed(5)
     q_heads, kv_heads, head_dim = heads
     cache_slots = 64
     lengths = [1, 7, 30]  # a request that sees only itself, and longer ones (7, 30: four keys at a time and a tail)
-    k_cache = torch.randn(cache_slots, kv_heads, head_dim, generator=generator)
-    v_cache = torch.randn(cache_slots, kv_heads, head_dim, generator=generator)
+    k_cache = torch.randn(cache_slots, kv_heads, head_dim, generator=generator).to(cache_dtype)
+    v_cache = torch.randn(cache_slots, kv_heads, head_dim, generator=generator).to(cache_dtype)
     order = torch.randperm(cache_slots, generator=generator)  # pages scattered over the cache
     slots = torch.zeros(len(lengths), max(lengths), dtype=torch.int64)
     used = 0
@@ -235,19 +249,46 @@ def test_decode_attention_stores_the_new_rows_then_reads_each_requests_own(heads
     q, k, v = (t.view(len(lengths), -1, head_dim) for t in (q, k, v))  # views into qkv, as the layer passes them
     untouched = torch.ones(cache_slots, dtype=torch.bool)
     untouched[new_slots] = False
-    k_before, v_before = k_cache.clone(), v_cache.clone()
+    k_before, v_before, qkv_before = k_cache.clone(), v_cache.clone(), qkv.clone()
     got = cpu_kernels().decode_attention(q, k, v, new_slots, k_cache, v_cache, slots, torch.tensor(lengths),
                                          head_dim**-0.5)
-    assert torch.equal(k_cache[new_slots], k) and torch.equal(v_cache[new_slots], v)
+    assert got.dtype == torch.float32 and torch.equal(qkv, qkv_before)
+    assert torch.equal(k_cache[new_slots], k.to(cache_dtype)) and torch.equal(v_cache[new_slots], v.to(cache_dtype))
     assert torch.equal(k_cache[untouched], k_before[untouched]) and torch.equal(v_cache[untouched], v_before[untouched])
     for i, length in enumerate(lengths):
-        keys = k_cache[slots[i, :length]].repeat_interleave(q_heads // kv_heads, dim=1)  # [length, q_heads, d]
-        values = v_cache[slots[i, :length]].repeat_interleave(q_heads // kv_heads, dim=1)
+        # [length, q_heads, d]: the cached values as fp32 (a bf16 widens exactly), the sums in fp32 as the kernel's
+        keys = k_cache[slots[i, :length]].float().repeat_interleave(q_heads // kv_heads, dim=1)
+        values = v_cache[slots[i, :length]].float().repeat_interleave(q_heads // kv_heads, dim=1)
         expected = F.scaled_dot_product_attention(q[i].unsqueeze(1), keys.transpose(0, 1), values.transpose(0, 1))
         torch.testing.assert_close(got[i], expected.squeeze(1), rtol=1e-5, atol=1e-5)
 
 
 @needs_compiler
+def test_a_bf16_cache_stores_what_torch_rounds_to() -> None:
+    # ties to even both ways, the largest values below a carry into the exponent, inf, a subnormal,
+    # and values whose rounding overflows to inf: bit for bit torch's float -> bfloat16. A NaN stays
+    # a NaN (its bits differ between torch's own conversion kernels: 0x7FC0 scalar, 0xFFFF vectorized)
+    specials = torch.tensor([1.0 + 2**-8, 1.0 + 3 * 2**-8, -(1.0 + 2**-8), 1.0 - 2**-25, 3.4e38, float("inf"),
+                             float("-inf"), float("nan"), 1e-40, -0.0, 0.1, 65504.0, 3.3961e38, 1.0, 2.0, -2.5])
+    k = specials.view(1, 1, 16)
+    v = -specials.flip(0).view(1, 1, 16)
+    k_cache, v_cache = torch.zeros(2, 1, 16, dtype=torch.bfloat16), torch.zeros(2, 1, 16, dtype=torch.bfloat16)
+    cpu_kernels().decode_attention(torch.zeros(1, 1, 16), k, v, torch.tensor([1]), k_cache, v_cache,
+                                   torch.tensor([[1]]), torch.tensor([1]), 0.25)
+    for stored, row in ((k_cache[1, 0], k[0, 0]), (v_cache[1, 0], v[0, 0])):
+        numbers = ~row.isnan()
+        assert torch.equal(stored[numbers].view(torch.int16), row[numbers].to(torch.bfloat16).view(torch.int16))
+        assert stored[~numbers].isnan().all()
+
+
+@needs_compiler
+def test_decode_attention_refuses_other_cache_dtypes() -> None:
+    cache = torch.zeros(2, 1, 8, dtype=torch.float16)
+    with pytest.raises(ValueError, match="fp32 or bf16 caches"):
+        cpu_kernels().decode_attention(torch.zeros(1, 1, 8), torch.zeros(1, 1, 8), torch.zeros(1, 1, 8),
+                                       torch.tensor([0]), cache, cache, torch.tensor([[0]]), torch.tensor([1]), 1.0)
+
+
 def test_decode_attention_keeps_a_nan_where_torch_does() -> None:
     # A NaN key of KV head 0 makes softmax NaN for the query heads reading it, as in torch; the
     # other KV head's query heads stay finite (20 keys: the vector exp's body and its tail).

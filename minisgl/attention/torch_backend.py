@@ -85,8 +85,11 @@ class TorchAttentionBackend(AttentionBackend):
         # index_select on the flattened table is a plain row gather, much faster on CPU than
         # advanced indexing with a 2-D index
         flat_slots = meta.kv_slots.flatten()
-        keys = self.pool.k_buffer[layer_id].index_select(0, flat_slots).view(reqs, max_kv, kv_heads, head_dim)
-        values = self.pool.v_buffer[layer_id].index_select(0, flat_slots).view(reqs, max_kv, kv_heads, head_dim)
+        # in q's dtype: a bf16 cache under fp32 activations is widened back (exactly) as it is read
+        keys = self.pool.k_buffer[layer_id].index_select(0, flat_slots).to(q.dtype).view(reqs, max_kv, kv_heads,
+                                                                                          head_dim)
+        values = self.pool.v_buffer[layer_id].index_select(0, flat_slots).to(q.dtype).view(reqs, max_kv, kv_heads,
+                                                                                            head_dim)
         # Query head h uses KV head h // group, so fold each group into the query length:
         # [reqs, max_q, kv_heads * group, d] -> [reqs, kv_heads, group * max_q, d]. Attention is
         # then plain multi-head over kv_heads (cheaper than SDPA's enable_gqa path).

@@ -43,6 +43,8 @@ class EngineConfig:
     matmul_dtype: str = "auto"  # CPU, fp32 activations: the dtype dense weights multiply in; "bfloat16" rounds
     # each matmul's inputs to bf16 (AMX / AVX512-BF16 units, fp32 sums); auto: bf16 where dtype auto's probe
     # finds it faster, else dtype
+    kv_cache_dtype: str = "auto"  # auto: dtype; "bfloat16" with fp32 activations on a CPU: keys and values
+    # stored as bf16 (half the KV bytes per token: twice the tokens in the same memory), widened back as read
     deterministic: bool = False  # batch-invariant: a request's tokens never depend on its batch (CPU)
     moe_parallel: str = "tp"  # a mixture-of-experts model's experts: "tp" splits each one, "ep" places
     # whole experts per rank and sends tokens to them (chapter 14)

@@ -88,6 +88,7 @@ class Engine:
         self.device = _bind_device(config)
         self.config = config = resolve_precision(config)  # "auto" measured here, unless the launcher did
         self.dtype = resolve_dtype(config.dtype)
+        self.kv_dtype = resolve_dtype(config.kv_cache_dtype)  # the model's dtype, or bf16 under fp32 (CPU)
         set_batch_invariant(config.deterministic)
         self.dist_backend = resolve_dist_backend(config.dist_backend, self.device, tp.size, config.local_world_size,
                                                  config.moe_parallel)
@@ -109,7 +110,7 @@ class Engine:
             config.page_size,
             local_kv_heads(self.model_config.num_kv_heads, tp.size),
             self.model_config.head_dim,
-            self.dtype,
+            self.kv_dtype,
             self.device,
         )
         self.attn_backend = create_attention_backend(
@@ -225,8 +226,8 @@ class Engine:
         """Pages every rank can afford; the minimum over ranks, so all ranks admit the same requests."""
         config, model = self.config, self.model_config
         page_bytes = config.page_size * KVCachePool.bytes_per_token(
-            len(self.stage.layers), local_kv_heads(model.num_kv_heads, config.tp_info.size), model.head_dim, self.dtype
-        )
+            len(self.stage.layers), local_kv_heads(model.num_kv_heads, config.tp_info.size), model.head_dim,
+            self.kv_dtype)
         if config.num_pages is not None:
             num_pages = config.num_pages
         else:

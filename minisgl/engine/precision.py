@@ -114,6 +114,7 @@ def resolve_precision(config: EngineConfig) -> EngineConfig:
             raise ValueError("this CPU's oneDNN has no bf16 matmuls for prepacked weights (they need AVX512-BW/VL/DQ "
                              "or AVX-NE-CONVERT); use matmul_dtype float32")
     config = _resolve(config, device, quantization)
+    config = _resolve_kv_cache_dtype(config, device)
     if config.matmul_dtype == "auto" or config.deterministic:  # deterministic: fixed-tile matmuls in dtype
         config = dataclasses.replace(config, matmul_dtype=config.dtype)
     if config.deterministic and config.quantization == "gguf":
@@ -121,6 +122,18 @@ def resolve_precision(config: EngineConfig) -> EngineConfig:
         # since switching to the dense copy above max_quantized_rows would depend on the batch size
         config = dataclasses.replace(config, max_quantized_rows=None)
     return config
+
+
+def _resolve_kv_cache_dtype(config: EngineConfig, device: str) -> EngineConfig:
+    """`config` with the KV cache's dtype named: auto is the model's dtype; bf16 under fp32 activations
+    is read by the CPU's attention only (the GPU kernels take the KV cache in q's dtype)."""
+    if config.kv_cache_dtype not in ("auto", "bfloat16", config.dtype):
+        raise ValueError(f"unknown kv_cache_dtype {config.kv_cache_dtype!r}; use auto or bfloat16")
+    if config.kv_cache_dtype == "bfloat16" and config.dtype != "bfloat16" and device != "cpu":
+        raise ValueError("kv_cache_dtype bfloat16 under float32 activations runs on the CPU only; on CUDA use "
+                         "dtype bfloat16, whose KV cache is bf16 already")
+    kv_cache_dtype = config.dtype if config.kv_cache_dtype == "auto" else config.kv_cache_dtype
+    return dataclasses.replace(config, kv_cache_dtype=kv_cache_dtype)
 
 
 def _resolve(config: EngineConfig, device: str, quantization: str) -> EngineConfig:

@@ -75,6 +75,7 @@ class KVCachePool:
         return (torch.tensor(pages)[:, None] * self.page_size + offsets).flatten()[:end]  # [end]
 
     def store(self, layer_id: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Write new tokens' K/V: k, v [tokens, local_kv_heads, head_dim] into `slots` [tokens]."""
-        self.k_buffer[layer_id].index_copy_(0, slots, k)
-        self.v_buffer[layer_id].index_copy_(0, slots, v)
+        """Write new tokens' K/V: k, v [tokens, local_kv_heads, head_dim] into `slots` [tokens], in the
+        cache's dtype (a bf16 cache under fp32 activations rounds them here)."""
+        self.k_buffer[layer_id].index_copy_(0, slots, k.to(self.k_buffer.dtype))
+        self.v_buffer[layer_id].index_copy_(0, slots, v.to(self.v_buffer.dtype))

@@ -157,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--num-pages", type=int, metavar="N", help="KV cache size in pages")
     budget.add_argument("--kv-memory-gb", type=float, metavar="GB",
                         help="KV cache size in GiB per rank (default: sized from free memory)")
+    batching.add_argument("--kv-cache-dtype", default=defaults.kv_cache_dtype, choices=["auto", "bfloat16"],
+                          help="auto = --dtype; bfloat16 with float32 activations (CPU) stores keys and values in "
+                               "bf16: twice the tokens in the same memory, each rounded once (default: auto)")
     batching.add_argument("--max-pending-requests", type=int, default=1024, metavar="N",
                           help="requests in flight before the API answers 503 (default: 1024)")
 
@@ -199,6 +202,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         dtype=ns.dtype,
         quantization=ns.quantization,
         matmul_dtype=ns.matmul_dtype,
+        kv_cache_dtype=ns.kv_cache_dtype,
         deterministic=ns.deterministic,
         page_size=ns.page_size,
         num_pages=ns.num_pages,

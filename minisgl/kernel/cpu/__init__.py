@@ -73,7 +73,8 @@ class CpuKernels:
         self.amx_bf16 = bool(library.amx_bf16_ready())
         self._argmax_rows = entry("argmax_rows", _POINTER, _INT64, _INT, _INT, _POINTER, _INT)
         self._decode_attention = entry("decode_attention", _POINTER, _POINTER, _INT64, _POINTER, _INT64,
-                                       *[_POINTER] * 4, _INT64, _POINTER, _POINTER, *[_INT] * 4, _FLOAT, _INT)
+                                       *[_POINTER] * 3, _INT, _POINTER, _INT64, _POINTER, _POINTER, *[_INT] * 4,
+                                       _FLOAT, _INT)
 
     def q4_1(self, codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, x: torch.Tensor,
              kernel: str = "gemv") -> torch.Tensor:
@@ -179,12 +180,16 @@ class CpuKernels:
                          scale: float) -> torch.Tensor:
         """One query per request. Stores the step's k, v [reqs, kv_heads, d] into cache slots
         `new_slots` [reqs], then attends: q [reqs, q_heads, d]; caches [cache_slots, kv_heads, d],
-        written in place; slots [reqs, >= max length] int64, the cache rows of request i's first
-        lengths[i] tokens -> [reqs, q_heads, d]."""
+        fp32 or bf16 (stored rounded, read widened; the arithmetic is fp32), written in place;
+        slots [reqs, >= max length] int64, the cache rows of request i's first lengths[i] tokens
+        -> [reqs, q_heads, d] fp32."""
+        if k_cache.dtype not in (torch.float32, torch.bfloat16) or v_cache.dtype != k_cache.dtype:
+            raise ValueError(f"decode attention reads fp32 or bf16 caches, not {k_cache.dtype} / {v_cache.dtype}")
         q, k, v = q.contiguous(), _heads(k), _heads(v)
         out = torch.empty(q.shape)
         self._decode_attention(q.data_ptr(), k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0),
-                               new_slots.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr(),
+                               new_slots.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+                               int(k_cache.dtype == torch.bfloat16), slots.data_ptr(),
                                slots.stride(0), lengths.data_ptr(), out.data_ptr(), q.shape[0], q.shape[1],
                                k_cache.shape[1], q.shape[2], scale, torch.get_num_threads())
         return out

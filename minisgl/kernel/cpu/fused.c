@@ -136,20 +136,50 @@ void silu_and_mul(const float *gate_up, float *out, int rows, int half, int thre
  * 30 layers at a 100-token context: median 1.35 -> 1.06 ms per step). */
 #define PREFETCH_KEYS 8
 
-static inline void prefetch_row(const float *row, int head_dim) {
-    for (int j = 0; j < head_dim; j += 16) __builtin_prefetch(row + j); /* 16 floats per 64-byte line */
+static inline void prefetch_row(const void *row, int bytes) {
+    for (int b = 0; b < bytes; b += 64) __builtin_prefetch((const char *)row + b); /* one 64-byte line each */
 }
 
-/* The keys and values of one request and one KV head: row t of either cache is
- * cache + slots[t] * row_stride + offset, `length` rows of `head_dim` floats. */
+/* The keys and values of one request and one KV head: row t of either cache starts at element
+ * slots[t] * row_stride + offset, `length` rows of `head_dim` values. */
 typedef struct {
     const int64_t *slots;
     int64_t length, row_stride, offset;
     int head_dim;
 } HeadRows;
 
-static inline const float *head_row(const float *cache, const HeadRows *rows, int64_t t) {
-    return cache + rows->slots[t] * rows->row_stride + rows->offset;
+/* A cache holds fp32 values, or bf16 ones (`--kv-cache-dtype bfloat16`: half the bytes to store and
+ * to read back, each value rounded once when stored). Reading widens bf16 to fp32 exactly (a bf16
+ * is the top half of an fp32), so all arithmetic below is fp32 either way. The helpers take `bf16`
+ * as a constant from `attend_head`'s two inlined copies, so neither copy branches per value. */
+static inline const void *head_row(const void *cache, const HeadRows *rows, int64_t t, int bf16) {
+    int64_t index = rows->slots[t] * rows->row_stride + rows->offset;
+    return bf16 ? (const void *)((const uint16_t *)cache + index) : (const void *)((const float *)cache + index);
+}
+
+static inline float load_value(const void *row, int64_t j, int bf16) {
+    if (!bf16) return ((const float *)row)[j];
+    uint32_t bits = (uint32_t)((const uint16_t *)row)[j] << 16;
+    float value;
+    memcpy(&value, &bits, sizeof value);
+    return value;
+}
+
+#ifdef __AVX2__
+static inline __m256 load_values8(const void *row, int64_t j, int bf16) { /* values j .. j + 7 */
+    if (!bf16) return _mm256_loadu_ps((const float *)row + j);
+    __m128i halves = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + j));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(halves), 16));
+}
+#endif
+
+/* x rounded to the nearest bf16, ties to even, as torch's float -> bfloat16 conversion (a NaN
+ * becomes torch's quiet NaN, 0x7FC0). */
+static inline uint16_t bf16_bits(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
+    return (uint16_t)((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
 /* scores[r, t] = scale * queries[r] . key t for the `group` query heads [group, head_dim] that share
@@ -157,24 +187,27 @@ static inline const float *head_row(const float *cache, const HeadRows *rows, in
  * each query load serves four independent FMA chains, and one hadd tree sums the four dots, where
  * a loop per dot waits on its one chain and sums its lanes alone (with `weighted_values` below:
  * 32 requests x 30 SmolLM2 layers, warm cache, 12.6 -> 5.8 ms on 2 AVX2 cores). */
-static void attention_scores(const float *queries, int group, const float *k_cache, const HeadRows *rows, float scale,
-                             float *scores) {
+static inline __attribute__((always_inline)) void attention_scores(const float *queries, int group, const void *k_cache,
+                                                                   const HeadRows *rows, float scale, float *scores,
+                                                                   int bf16) {
     int64_t length = rows->length, t = 0;
-    int head_dim = rows->head_dim;
+    int head_dim = rows->head_dim, row_bytes = head_dim * (bf16 ? 2 : 4);
 #ifdef __AVX2__
     if (head_dim % 8 == 0) {
         for (; t + 4 <= length; t += 4) {
-            const float *keys[4];
+            const void *keys[4];
             for (int u = 0; u < 4; u++) {
-                if (t + u + PREFETCH_KEYS < length) prefetch_row(head_row(k_cache, rows, t + u + PREFETCH_KEYS), head_dim);
-                keys[u] = head_row(k_cache, rows, t + u);
+                if (t + u + PREFETCH_KEYS < length)
+                    prefetch_row(head_row(k_cache, rows, t + u + PREFETCH_KEYS, bf16), row_bytes);
+                keys[u] = head_row(k_cache, rows, t + u, bf16);
             }
             for (int r = 0; r < group; r++) {
                 const float *query = queries + (int64_t)r * head_dim;
                 __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
                 for (int j = 0; j < head_dim; j += 8) {
                     __m256 query_part = _mm256_loadu_ps(query + j);
-                    for (int u = 0; u < 4; u++) acc[u] = _mm256_fmadd_ps(query_part, _mm256_loadu_ps(keys[u] + j), acc[u]);
+                    for (int u = 0; u < 4; u++)
+                        acc[u] = _mm256_fmadd_ps(query_part, load_values8(keys[u], j, bf16), acc[u]);
                 }
                 /* [a b c d] of 8 lanes each -> [sum a, sum b, sum c, sum d] */
                 __m256 pairs = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
@@ -185,13 +218,13 @@ static void attention_scores(const float *queries, int group, const float *k_cac
     }
 #endif
     for (; t < length; t++) { /* the portable path, and the last keys of the AVX2 one */
-        if (t + PREFETCH_KEYS < length) prefetch_row(head_row(k_cache, rows, t + PREFETCH_KEYS), head_dim);
-        const float *key = head_row(k_cache, rows, t);
+        if (t + PREFETCH_KEYS < length) prefetch_row(head_row(k_cache, rows, t + PREFETCH_KEYS, bf16), row_bytes);
+        const void *key = head_row(k_cache, rows, t, bf16);
         for (int r = 0; r < group; r++) {
             const float *query = queries + (int64_t)r * head_dim;
             float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-            for (int j = 0; j < head_dim; j++) dot += query[j] * key[j];
+            for (int j = 0; j < head_dim; j++) dot += query[j] * load_value(key, j, bf16);
             scores[r * length + t] = dot * scale;
         }
     }
@@ -201,9 +234,10 @@ static void attention_scores(const float *queries, int group, const float *k_cac
  * [group, length]. With AVX2 and head_dim a multiple of 32, each head's output is summed 32 floats
  * at a time in four registers over all values (the values of one request stay in L1 after the first
  * head's pass), instead of a load and a store of y per value. */
-static void weighted_values(const float *weights, int group, const float *v_cache, const HeadRows *rows, float *y) {
+static inline __attribute__((always_inline)) void weighted_values(const float *weights, int group, const void *v_cache,
+                                                                  const HeadRows *rows, float *y, int bf16) {
     int64_t length = rows->length;
-    int head_dim = rows->head_dim;
+    int head_dim = rows->head_dim, row_bytes = head_dim * (bf16 ? 2 : 4);
 #ifdef __AVX2__
     if (head_dim % 32 == 0) {
         for (int r = 0; r < group; r++) {
@@ -212,10 +246,11 @@ static void weighted_values(const float *weights, int group, const float *v_cach
                 __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
                 for (int64_t t = 0; t < length; t++) {
                     if (r == 0 && j == 0 && t + PREFETCH_KEYS < length)
-                        prefetch_row(head_row(v_cache, rows, t + PREFETCH_KEYS), head_dim);
-                    const float *value = head_row(v_cache, rows, t) + j;
+                        prefetch_row(head_row(v_cache, rows, t + PREFETCH_KEYS, bf16), row_bytes);
+                    const void *value = head_row(v_cache, rows, t, bf16);
                     __m256 weight = _mm256_set1_ps(head_weights[t]);
-                    for (int c = 0; c < 4; c++) acc[c] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(value + 8 * c), acc[c]);
+                    for (int c = 0; c < 4; c++)
+                        acc[c] = _mm256_fmadd_ps(weight, load_values8(value, j + 8 * c, bf16), acc[c]);
                 }
                 for (int c = 0; c < 4; c++) _mm256_storeu_ps(y + (int64_t)r * head_dim + j + 8 * c, acc[c]);
             }
@@ -225,32 +260,65 @@ static void weighted_values(const float *weights, int group, const float *v_cach
 #endif
     for (int64_t i = 0; i < (int64_t)group * head_dim; i++) y[i] = 0.0f;
     for (int64_t t = 0; t < length; t++) {
-        if (t + PREFETCH_KEYS < length) prefetch_row(head_row(v_cache, rows, t + PREFETCH_KEYS), head_dim);
-        const float *value = head_row(v_cache, rows, t);
+        if (t + PREFETCH_KEYS < length) prefetch_row(head_row(v_cache, rows, t + PREFETCH_KEYS, bf16), row_bytes);
+        const void *value = head_row(v_cache, rows, t, bf16);
         for (int r = 0; r < group; r++) {
             float weight = weights[r * length + t];
             float *y_head = y + (int64_t)r * head_dim;
 #pragma omp simd
-            for (int j = 0; j < head_dim; j++) y_head[j] += weight * value[j];
+            for (int j = 0; j < head_dim; j++) y_head[j] += weight * load_value(value, j, bf16);
         }
     }
+}
+
+/* Attention of the `group` query heads [group, head_dim] that share the KV head of `rows`:
+ * y [group, head_dim] = softmax(scores) V. */
+static inline __attribute__((always_inline)) void attend_head(const float *queries, int group, const void *k_cache,
+                                                              const void *v_cache, const HeadRows *rows, float scale,
+                                                              float *y, int bf16) {
+    int64_t length = rows->length;
+    float *scores = malloc((size_t)group * length * sizeof(float)); /* [group, length] */
+    attention_scores(queries, group, k_cache, rows, scale, scores, bf16);
+    for (int r = 0; r < group; r++) { /* softmax of each query head's scores */
+        float *row = scores + r * length, best = -INFINITY, total = 0.0f;
+        /* a comparison, not fmaxf: the same maximum (a NaN score is passed over either way),
+           but fmaxf's NaN rules made it a call into libm per score */
+        for (int64_t t = 0; t < length; t++) best = row[t] > best ? row[t] : best;
+        for (int64_t t = 0; t < length; t++) row[t] -= best; /* minus the max: no overflow */
+        exp_in_place(row, length);
+        for (int64_t t = 0; t < length; t++) total += row[t];
+        for (int64_t t = 0; t < length; t++) row[t] /= total;
+    }
+    weighted_values(scores, group, v_cache, rows, y, bf16);
+    free(scores);
+}
+
+/* Row i of `x` (`stride` floats apart, `count` values) into `cache` at element `at`: copied to an
+ * fp32 cache, rounded to a bf16 one. */
+static void store_row(const float *x, void *cache, int64_t at, int64_t count, int bf16) {
+    if (!bf16) {
+        memcpy((float *)cache + at, x, count * sizeof(float));
+        return;
+    }
+    uint16_t *out = (uint16_t *)cache + at;
+    for (int64_t j = 0; j < count; j++) out[j] = bf16_bits(x[j]);
 }
 
 /* One query token per request (a decode step). First the step's new keys and values go into the
  * cache: row i of k_new / v_new (`new_stride` floats apart, heads dense within a row) into cache
  * slot new_slots[i]. Then out[i, h] = softmax(q[i, h] . K_i^T * scale) V_i, where K_i, V_i are the
  * rows k_cache[slots[i, t]], t < lengths[i], of KV head h / group (the query heads of a group share
- * one KV head). q, out [reqs, q_heads, head_dim]; caches [cache_slots, kv_heads, head_dim];
- * slots [reqs, slots_stride]. */
+ * one KV head). q, out [reqs, q_heads, head_dim]; caches [cache_slots, kv_heads, head_dim], fp32,
+ * or bf16 where kv_bf16 is not 0; slots [reqs, slots_stride]. */
 void decode_attention(const float *q, const float *k_new, int64_t k_new_stride, const float *v_new,
-                      int64_t v_new_stride, const int64_t *new_slots, float *k_cache, float *v_cache,
+                      int64_t v_new_stride, const int64_t *new_slots, void *k_cache, void *v_cache, int kv_bf16,
                       const int64_t *slots, int64_t slots_stride, const int64_t *lengths, float *out, int reqs,
                       int q_heads, int kv_heads, int head_dim, float scale, int threads) {
     int group = q_heads / kv_heads;
-    int64_t cache_row = (int64_t)kv_heads * head_dim; /* floats per slot */
+    int64_t cache_row = (int64_t)kv_heads * head_dim; /* values per slot */
     for (int i = 0; i < reqs; i++) {
-        memcpy(k_cache + new_slots[i] * cache_row, k_new + i * k_new_stride, cache_row * sizeof(float));
-        memcpy(v_cache + new_slots[i] * cache_row, v_new + i * v_new_stride, cache_row * sizeof(float));
+        store_row(k_new + i * k_new_stride, k_cache, new_slots[i] * cache_row, cache_row, kv_bf16);
+        store_row(v_new + i * v_new_stride, v_cache, new_slots[i] * cache_row, cache_row, kv_bf16);
     }
     /* One task per (request, KV head): each key and value row is read once for all `group` query
      * heads that share it, not once per query head. */
@@ -258,22 +326,12 @@ void decode_attention(const float *q, const float *k_new, int64_t k_new_stride, 
     for (int i = 0; i < reqs; i++) {
         for (int g = 0; g < kv_heads; g++) {
             HeadRows rows = {slots + i * slots_stride, lengths[i], cache_row, (int64_t)g * head_dim, head_dim};
-            int64_t length = rows.length;
-            const float *queries = q + ((int64_t)i * q_heads + (int64_t)g * group) * head_dim; /* [group, d] */
-            float *scores = malloc((size_t)group * length * sizeof(float));                     /* [group, length] */
-            attention_scores(queries, group, k_cache, &rows, scale, scores);
-            for (int r = 0; r < group; r++) { /* softmax of each query head's scores */
-                float *row = scores + r * length, best = -INFINITY, total = 0.0f;
-                /* a comparison, not fmaxf: the same maximum (a NaN score is passed over either way),
-                   but fmaxf's NaN rules made it a call into libm per score */
-                for (int64_t t = 0; t < length; t++) best = row[t] > best ? row[t] : best;
-                for (int64_t t = 0; t < length; t++) row[t] -= best; /* minus the max: no overflow */
-                exp_in_place(row, length);
-                for (int64_t t = 0; t < length; t++) total += row[t];
-                for (int64_t t = 0; t < length; t++) row[t] /= total;
-            }
-            weighted_values(scores, group, v_cache, &rows, out + ((int64_t)i * q_heads + (int64_t)g * group) * head_dim);
-            free(scores);
+            int64_t first = (int64_t)i * q_heads + (int64_t)g * group; /* the group's first query head */
+            const float *queries = q + first * head_dim;                /* [group, head_dim] */
+            if (kv_bf16)
+                attend_head(queries, group, k_cache, v_cache, &rows, scale, out + first * head_dim, 1);
+            else
+                attend_head(queries, group, k_cache, v_cache, &rows, scale, out + first * head_dim, 0);
         }
     }
 }
