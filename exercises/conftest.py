@@ -15,6 +15,7 @@ from exercises.grader.chapters import chapter_of
 from exercises.grader.outcomes import ImplementationError
 from exercises.grader.ranks import RankPools, RankResult
 from exercises.grader.report import GradeReport
+from minisgl.kernel.cpu import cpu_kernels
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -72,6 +73,9 @@ def impl(pytestconfig: pytest.Config) -> str:
 
 @pytest.fixture(scope="session")
 def rank_pools(pytestconfig: pytest.Config) -> Iterator[RankPools]:
+    # The reference answers use minisgl's layers, whose C kernels compile on first use (seconds, more on
+    # a busy machine): build them here, once, so that no rank spends its time limit compiling them.
+    cpu_kernels()
     pools = RankPools(pytestconfig.getoption("--rank-timeout"))
     yield pools
     pools.close()

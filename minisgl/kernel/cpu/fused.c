@@ -173,8 +173,8 @@ static inline __m256 load_values8(const void *row, int64_t j, int bf16) { /* val
 }
 #endif
 
-/* x rounded to the nearest bf16, ties to even, as torch's float -> bfloat16 conversion (a NaN
- * becomes torch's quiet NaN, 0x7FC0). */
+/* x rounded to the nearest bf16, ties to even, as torch's float -> bfloat16 conversion; a NaN
+ * becomes the quiet NaN 0x7FC0 (torch's scalar conversion gives that one, its vector ones others). */
 static inline uint16_t bf16_bits(float x) {
     uint32_t bits;
     memcpy(&bits, &x, sizeof bits);
