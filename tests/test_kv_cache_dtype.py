@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 import torch
 
+from minisgl import LLM
 from minisgl.core import Req, SamplingParams
 from minisgl.engine.config import EngineConfig
 from minisgl.engine.engine import Engine
@@ -95,6 +96,23 @@ def test_a_bf16_cache_stays_batch_invariant_when_deterministic(tiny_model_dir) -
     finally:
         run.close()
     assert alone == together  # rounding a stored value does not depend on the batch around it
+
+
+@pytest.mark.timeout(300)
+def test_every_tp_rank_keeps_a_bf16_cache_and_gives_the_tp1_tokens(tiny_model_dir) -> None:
+    # The option travels to each rank's engine, and a rank's heads round the same fp32 values as at
+    # tp = 1. The fp32 cache's tokens differ somewhere in 8 x 32 (the random model's logits are
+    # nearly flat, so its near-ties flip): equal tokens at tp = 2 mean its ranks read bf16 caches.
+    generator = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(3, 1001, (n,), generator=generator).tolist() for n in (5, 23, 12, 40, 7, 31, 2, 16)]
+    greedy = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+    tokens = {}
+    for tp_size, kv_cache_dtype in ((1, "auto"), (1, "bfloat16"), (2, "bfloat16")):
+        with LLM(tiny_model_dir(MODEL), tp_size=tp_size, dtype="float32", kv_cache_dtype=kv_cache_dtype,
+                 num_pages=1024, progress=False) as llm:
+            tokens[tp_size, kv_cache_dtype] = [out.token_ids for out in llm.generate(prompts, greedy)]
+    assert tokens[1, "bfloat16"] != tokens[1, "auto"]
+    assert tokens[2, "bfloat16"] == tokens[1, "bfloat16"]
 
 
 def test_the_cli_flag_reaches_the_engine_config(tiny_model_dir) -> None:
