@@ -13,6 +13,7 @@ import torch
 
 from minisgl import LLM
 from minisgl.core import SamplingParams
+from minisgl.engine import engine as engine_module
 from minisgl.message import GenerateRequest
 from minisgl.scheduler import SchedulerConfig
 from minisgl.testing.engine_runs import InProcessRun
@@ -201,5 +202,27 @@ def test_64_requests_without_max_tokens_all_run_at_once(tmp_path) -> None:
         for _ in range(3):
             run.scheduler.step()
         assert len(run.scheduler.running) == 64
+    finally:
+        run.close()
+
+
+def test_the_default_cpu_budget_counts_memory_the_kernel_can_reclaim(tmp_path, monkeypatch, tiny_model_dir) -> None:
+    """Free pages exclude the page cache, which after some file reading holds most of a machine's
+    memory; MemAvailable counts it. Without MemAvailable (or /proc) the free pages are all there is."""
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24683000 kB\nMemFree:         1153000 kB\nMemAvailable:   23921000 kB\n")
+    assert engine_module.available_host_memory(meminfo) == 23921000 * 1024
+    monkeypatch.setattr(engine_module.os, "sysconf", {"SC_AVPHYS_PAGES": 300, "SC_PAGE_SIZE": 4096}.get)
+    (tmp_path / "old").write_text("MemTotal: 24683000 kB\nMemFree: 1153000 kB\n")
+    assert engine_module.available_host_memory(tmp_path / "old") == 300 * 4096
+    assert engine_module.available_host_memory(tmp_path / "missing") == 300 * 4096
+    monkeypatch.undo()
+
+    monkeypatch.setattr(engine_module, "available_host_memory", lambda: 2 << 30)  # 20 % of it is the budget
+    run = InProcessRun(SchedulerConfig(model_path=tiny_model_dir("llama"), dtype="float32", progress=False))
+    try:
+        pool = run.engine.kv_pool
+        page_bytes = 2 * pool.k_buffer[:, 0].nbytes * pool.page_size
+        assert pool.allocator.num_pages == int(0.2 * (2 << 30) // page_bytes)
     finally:
         run.close()

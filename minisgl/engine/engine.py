@@ -243,8 +243,7 @@ class Engine:
             # local ranks r, r + count, ... share GPU r: the busiest GPU hosts ceil(ranks / count)
             ranks_here = -(-self.config.local_world_size // max(1, torch.cuda.device_count()))
             return 0.85 * free / ranks_here
-        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        return min(0.2 * available / self.config.local_world_size, _CPU_KV_BUDGET_CAP)
+        return min(0.2 * available_host_memory() / self.config.local_world_size, _CPU_KV_BUDGET_CAP)
 
     def _init_cuda_graphs(self) -> CudaGraphRunner | None:
         config = self.config
@@ -408,6 +407,20 @@ class Engine:
         (folder / f"comm-{replica}{stage}tp{tp.rank}.json").write_text(json.dumps(report, indent=1))
         COMM_COUNTER.reset()
         COMM_COUNTER.configure(counting=False)
+
+
+def available_host_memory(meminfo: Path = Path("/proc/meminfo")) -> int:
+    """Bytes this machine can hand out now: Linux's MemAvailable, which counts the page cache and the
+    other memory the kernel can reclaim. Free pages alone (the fallback where there is no MemAvailable)
+    can be a small part of it: after a few GB of files were read, 16 of 24 GB sat in the page cache
+    and a KV pool sized from free pages could no longer hold one 8,192-token request."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024  # the file counts kB
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def resolve_dtype(name: str) -> torch.dtype:
