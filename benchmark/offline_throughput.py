@@ -58,6 +58,7 @@ from gguf import GGUFReader
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from minisgl import LLM, SamplingParams
+from minisgl.kvcache import KVCachePool
 from minisgl.layers.quantized import PackedWeight
 from minisgl.models.default_model import ensure_default_model
 from minisgl.models.gguf_weights import find_model_gguf
@@ -279,11 +280,8 @@ def minisgl_step_bytes(llm: LLM, rows: int = 1) -> int:
     total = 0
     for name, weight in engine.model.state_dict().items():
         if isinstance(weight, PackedWeight):
-            dense = weight.dense
-            if weight.max_quantized_rows is None or rows <= weight.max_quantized_rows:
-                total += weight.kernel_bytes
-            else:
-                total += dense.kernel_bytes if isinstance(dense, PackedWeight) else dense.nbytes
+            read = weight.dense if weight.takes_dense(rows) else weight  # what a matmul of `rows` rows reads
+            total += read.kernel_bytes if isinstance(read, PackedWeight) else read.nbytes
         elif not (name.endswith("embed_tokens.weight") and not engine.model_config.tie_word_embeddings):
             total += weight.nbytes  # an untied embedding is only looked up, one row per token
     return total
@@ -296,8 +294,9 @@ def decode_ceiling(llm: LLM, prompts: list[list[int]], answers: list[list[int]],
     are each step's weights (in the form its batch size uses) and the cached keys and values of
     every request in it. The step that makes a request's k-th token (k >= 2) attends over its prompt
     and k - 1 generated tokens."""
-    pool = llm._backend.scheduler.engine.kv_pool
-    kv_bytes_per_token = 2 * pool.k_buffer[:, 0].nbytes  # K and V, every layer
+    k_buffer = llm._backend.scheduler.engine.kv_pool.k_buffer  # [layers, slots, kv_heads, head_dim]
+    layers, _, kv_heads, head_dim = k_buffer.shape
+    kv_bytes_per_token = KVCachePool.bytes_per_token(layers, kv_heads, head_dim, k_buffer.dtype)
     lengths = [len(answer) for answer in answers]
     step_flops = step_bytes = 0
     for k in range(2, max(lengths) + 1):

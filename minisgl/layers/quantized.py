@@ -157,9 +157,13 @@ class PackedWeight:
         """x [tokens, in] @ W.T -> [tokens, out], in x's dtype: the quantized kernels up to
         `max_quantized_rows` rows, the dense weight above. Each quantized kernel computes every row
         on its own, so within one kernel a row's result never depends on the batch around it."""
-        if self.max_quantized_rows is not None and x.shape[0] > self.max_quantized_rows:
+        if self.takes_dense(x.shape[0]):
             return self.dense.matmul(x) if isinstance(self.dense, PackedWeight) else F.linear(x, self.dense)
         return self._kernel(x).to(x.dtype)
+
+    def takes_dense(self, rows: int) -> bool:
+        """Whether a matmul of `rows` rows runs on the dense weight (above `max_quantized_rows`)."""
+        return self.max_quantized_rows is not None and rows > self.max_quantized_rows
 
     def _kernel(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
