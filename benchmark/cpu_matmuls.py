@@ -28,12 +28,11 @@ from collections.abc import Callable
 
 import torch
 
-from minisgl.engine.precision import eviction_buffer, random_int4_weight, rank_linear_shapes
-from minisgl.kernel import cpu_kernels
-from minisgl.kernel.cpu import CpuKernels
-from minisgl.layers.amx_tiles import AmxTileWeight, amx_tiles_available
-from minisgl.layers.prepacked import PrepackedFloatWeight, bf16_prepacking_available, prepacking_available
-from minisgl.layers.quantized import BlockQ4Weight, PackedWeight
+from minisgl.cpu.amx_tiles import AmxTileWeight, amx_tiles_available
+from minisgl.cpu.kernels import CpuKernels, cpu_kernels
+from minisgl.cpu.precision import eviction_buffer, random_int4_weight, rank_linear_shapes
+from minisgl.cpu.prepacked import PrepackedFloatWeight, bf16_prepacking_available, prepacking_available
+from minisgl.cpu.quantized import BlockQ4Weight, PackedWeight
 from minisgl.models.config import ModelConfig
 from minisgl.testing.shapes import SHAPES
 

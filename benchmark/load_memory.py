@@ -23,7 +23,8 @@ from minisgl.distributed import set_tp_info
 from minisgl.models.config import ModelConfig
 from minisgl.models.default_model import ensure_default_model
 from minisgl.models.registry import create_model
-from minisgl.models.weight import checkpoint_files, load_weights
+from minisgl.models.checkpoint import checkpoint_files, iter_checkpoint
+from minisgl.models.weight import load_weights
 
 MIB = 1 << 20
 
@@ -72,7 +73,7 @@ def main() -> None:
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    loaded = load_weights(model_dir, config, args.rank, args.tp, torch.float32, torch.device("cpu"), progress=False)
+    loaded = load_weights(iter_checkpoint(model_dir), config, args.rank, args.tp, torch.float32, torch.device("cpu"))
     for name, tensor in loaded:
         model.set_weight(name, tensor)
     done.set()

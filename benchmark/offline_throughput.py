@@ -59,7 +59,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from minisgl import LLM, SamplingParams
 from minisgl.kvcache import KVCachePool
-from minisgl.layers.quantized import PackedWeight
+from minisgl.cpu.quantized import PackedWeight
 from minisgl.models.default_model import ensure_default_model
 from minisgl.models.gguf_weights import find_model_gguf
 

@@ -15,7 +15,7 @@ from exercises.grader.chapters import chapter_of
 from exercises.grader.outcomes import ImplementationError
 from exercises.grader.ranks import RankPools, RankResult
 from exercises.grader.report import GradeReport
-from minisgl.kernel.cpu import cpu_kernels
+from minisgl.cpu.kernels import cpu_kernels
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -173,8 +173,8 @@ def check_cpu() -> Check:
     try:
         import torch
 
-        from minisgl.engine.precision import cached_probe, choose_precision, cpu_name, describe
-        from minisgl.kernel import cpu_kernels
+        from minisgl.cpu.kernels import cpu_kernels
+        from minisgl.cpu.precision import cached_probe, choose_precision, cpu_name, describe
         from minisgl.models.config import ModelConfig
         from minisgl.models.default_model import default_model_dir, is_complete_checkpoint
         from minisgl.models.gguf_weights import find_model_gguf
@@ -195,7 +195,7 @@ def check_cpu_kernels() -> Check:
     """Whether minisgl's C kernels for the CPU build here (optional: without them CPU runs take the
     torch code and PyTorch's int4 kernels, slower)."""
     try:
-        from minisgl.kernel.cpu import build_library, cpu_flags, cpu_kernels
+        from minisgl.cpu.kernels import build_library, cpu_flags, cpu_kernels
     except ImportError as error:
         return Check("cpu kernels", "FAIL", f"cannot import minisgl's kernels ({error})", "make install", required=False)
     try:

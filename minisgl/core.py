@@ -9,12 +9,9 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 import torch
-
-if TYPE_CHECKING:
-    from minisgl.attention import AttentionBackend
 
 GREEDY_BELOW = 1e-5  # a temperature below this picks the most likely token (dividing by it would overflow)
 MAX_TOKEN_ID = 2**31 - 1  # bound for token ids and counts: every value must fit the wire format (msgpack)
@@ -195,19 +192,40 @@ class Batch:
         return [p + e == r.total_len for r, p, e in zip(self.reqs, self.prefix_lens, self.extend_lens)]
 
 
+class AttentionHooks(Protocol):
+    """What a forward and the graph runners call on an attention backend. `AttentionBackend`
+    (minisgl/attention/base.py) implements it; it is declared down here so that this module and the
+    CPU plug-in (minisgl/cpu/graphs.py), which sit below the attention package, need not import it."""
+
+    supports_cuda_graph: ClassVar[bool]
+    supports_cpu_graph: ClassVar[bool]
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
+        ...
+
+    def init_graph_buffers(self, max_bs: int) -> None:
+        ...
+
+    def graph_metadata(self, bs: int) -> Any:
+        ...
+
+    def prepare_graph_replay(self, batch: Batch, bucket: int) -> None:
+        ...
+
+
 @dataclass
 class ForwardContext:
     """The batch being computed and the attention backend that computes its attention."""
 
     batch: Batch
-    attn_backend: AttentionBackend
+    attn_backend: AttentionHooks
 
 
 _CTX: ForwardContext | None = None
 
 
 @contextmanager
-def forward_context(batch: Batch, attn_backend: AttentionBackend) -> Iterator[ForwardContext]:
+def forward_context(batch: Batch, attn_backend: AttentionHooks) -> Iterator[ForwardContext]:
     global _CTX
     _CTX = ForwardContext(batch, attn_backend)
     try:

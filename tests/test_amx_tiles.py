@@ -1,4 +1,4 @@
-"""bf16 matmuls on AMX tiles (minisgl/kernel/cpu/amx_gemm.c, layers/amx_tiles.py): dense weights in
+"""bf16 matmuls on AMX tiles (minisgl/cpu/amx_gemm.c, minisgl/cpu/amx_tiles.py): dense weights in
 tile order and GGUF's 4- and 8-bit blocks, each against the exact product of the bf16-rounded
 operands within fp32 summation, for shapes that are not whole tiles, any number of rows, any
 number of threads; rows computed on their own; inputs untouched; sharded at tp 3. Skipped with
@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from minisgl import LLM, SamplingParams
-from minisgl.kernel.cpu import cpu_kernels
-from minisgl.layers.amx_tiles import AmxTileWeight, amx_tiles_available
-from minisgl.layers.quantized import quantize_q8_0
+from minisgl.cpu.amx_tiles import AmxTileWeight, amx_tiles_available
+from minisgl.cpu.kernels import cpu_kernels
+from minisgl.cpu.quantized import quantize_q8_0
 
 from test_quantization import random_int4
 

@@ -1,4 +1,4 @@
-"""CPU graphs (minisgl/kernel/cpu/graph.py, minisgl/engine/cpu_graph.py): what capture lets through
+"""CPU graphs (minisgl/cpu/capture.py, minisgl/cpu/graphs.py): what capture lets through
 and what it refuses, replays that compute on new inputs, and an engine whose decode steps replay
 recorded C calls giving the very logits and tokens of its eager forward."""
 
@@ -15,9 +15,9 @@ from minisgl import LLM, SamplingParams
 from minisgl.core import Req
 from minisgl.engine.config import EngineConfig
 from minisgl.engine.engine import Engine
-from minisgl.kernel.cpu import cpu_kernels
-from minisgl.kernel.cpu.graph import NotCapturable, capture
-from minisgl.layers.amx_tiles import amx_tiles_available
+from minisgl.cpu.amx_tiles import amx_tiles_available
+from minisgl.cpu.capture import NotCapturable, capture
+from minisgl.cpu.kernels import cpu_kernels
 from minisgl.scheduler.batch import make_decode_batch, make_prefill_batch
 from minisgl.server.args import ArgsError, check_args, parse_args
 from minisgl.testing.tiny_gguf import make_tiny_gguf_model
@@ -159,7 +159,7 @@ def test_a_step_with_pytorch_work_runs_eagerly_and_caps_the_graphs(q4_model, cap
         default.shutdown()
     engine = engine_for(q4_model, max_quantized_rows=2, cpu_graph_max_bs=8)
     try:
-        with caplog.at_level(logging.INFO, logger="minisgl.engine.cpu_graph"):
+        with caplog.at_level(logging.INFO, logger="minisgl.cpu.graphs"):
             pairs = decode_both_ways(engine, [[1, 5, 9], [1, 300, 301, 302], [1, 77, 78]], steps=4)
         assert "decode batches of 3 or more requests run eagerly" in caplog.text
         assert engine.cpu_graphs.max_bs == 2 and sorted(engine.cpu_graphs.graphs) == [2]

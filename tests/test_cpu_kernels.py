@@ -1,4 +1,4 @@
-"""minisgl's compiled CPU kernels (minisgl/kernel/cpu): the build and its cache, the portable C
+"""minisgl's compiled CPU kernels (minisgl/cpu/kernels.py): the build and its cache, the portable C
 path against the AVX2 one (matrix-vector and matrix-matrix), what happens without a compiler, and the fused elementwise and
 decode-attention functions against the torch code they replace. The quantized products against
 their dequantized weights are tested in tests/test_quantization.py."""
@@ -16,11 +16,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import minisgl.kernel as kernel_package
-from minisgl.kernel import cpu
-from minisgl.kernel.cpu import CpuKernels, build_library, cpu_kernels
+from minisgl.cpu import kernels as cpu
+from minisgl.cpu.kernels import CpuKernels, build_library, cpu_kernels
+from minisgl.cpu.table import CpuKernelTable
+from minisgl.layers import install_kernels
+from minisgl.layers.kernels import rotate_half
 from minisgl.layers.norm import RMSNorm
-from minisgl.layers.rotary import RotaryEmbedding, _rotate
+from minisgl.layers.rotary import RotaryEmbedding
 
 HAS_COMPILER = cpu_kernels() is not None
 needs_compiler = pytest.mark.skipif(not HAS_COMPILER, reason="no working C compiler here: the kernels cannot be built")
@@ -206,8 +208,8 @@ def test_rope_rotates_q_and_k_as_the_torch_code_does(tokens: int) -> None:
     table = rotary._table(torch.device("cpu"), torch.float32)
     got_q, got_k = cpu_kernels().rope(positions, q, k, table)
     cos, sin = table[positions].unsqueeze(1).chunk(2, dim=-1)
-    torch.testing.assert_close(got_q, _rotate(q, cos, sin), rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(got_k, _rotate(k, cos, sin), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(got_q, rotate_half(q, cos, sin), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(got_k, rotate_half(k, cos, sin), rtol=1e-6, atol=1e-6)
 
 
 @needs_compiler
@@ -327,14 +329,17 @@ def test_argmax_rows_picks_what_torch_argmax_picks() -> None:
     assert torch.equal(wide, before)
 
 
-def test_layers_fall_back_to_torch_without_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cpu_table_computes_the_torch_norm_with_or_without_the_kernels() -> None:
     norm = RMSNorm(32, 1e-6)
     norm.weight = torch.randn(32)
     x, residual = torch.randn(3, 32), torch.randn(3, 32)
-    with_kernels = norm.forward_with_residual(x, residual)
-    monkeypatch.setattr(kernel_package, "cpu_kernels", lambda: None)
-    assert not kernel_package.use_cpu_kernels(x)
-    without = norm.forward_with_residual(x, residual)
-    torch.testing.assert_close(with_kernels[0], without[0], rtol=1e-5, atol=1e-6)
-    assert torch.equal(with_kernels[1], without[1])
-    assert not kernel_package.use_cpu_kernels(x.bfloat16())  # bf16 always takes the torch code
+    reference = norm.forward_with_residual(x, residual)  # no plug-in installed: the torch reference
+    for kernels in (cpu_kernels(), None):  # None: a machine without a C compiler
+        install_kernels("cpu", CpuKernelTable(kernels, batch_invariant=False))
+        try:
+            normed, summed = norm.forward_with_residual(x, residual)
+        finally:
+            install_kernels("cpu", None)
+        torch.testing.assert_close(normed, reference[0], rtol=1e-5, atol=1e-6)
+        assert torch.equal(summed, reference[1])
+    assert not cpu.use_cpu_kernels(x.bfloat16())  # bf16 always takes the torch code

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from minisgl.core import SamplingParams
-from minisgl.layers.batch_invariant import ROW_TILE, in_row_tiles
+from minisgl.cpu.batch_invariant import ROW_TILE, in_row_tiles
 from minisgl.scheduler import SchedulerConfig
 from minisgl.testing.engine_runs import InProcessRun
 

@@ -12,7 +12,8 @@ import torch
 
 from minisgl import LLM, SamplingParams
 from minisgl.models.config import ModelConfig, ModelError
-from minisgl.models.weight import checkpoint_shapes, iter_checkpoint, load_dummy_weights, load_weights
+from minisgl.models.checkpoint import checkpoint_shapes, dummy_checkpoint, iter_checkpoint
+from minisgl.models.weight import load_weights
 
 from engine_helpers import minisgl_last_logits, transformers_last_logits
 
@@ -72,7 +73,7 @@ def test_stacked_experts_of_all_ranks_are_the_checkpoint(mode: str, tiny_model_d
     model_dir = tiny_model_dir("qwen3-moe")
     config = ModelConfig.from_dir(model_dir).with_moe_parallel(mode)
     full = dict(iter_checkpoint(model_dir))
-    shards = [dict(load_weights(model_dir, config, rank, 2, torch.float32, CPU, progress=False)) for rank in range(2)]
+    shards = [dict(load_weights(iter_checkpoint(model_dir), config, rank, 2, torch.float32, CPU)) for rank in range(2)]
     prefix = "model.layers.1.mlp.experts."
     for e in range(config.num_experts):
         gate, up, down = (full[f"{prefix}{e}.{proj}.weight"] for proj in ("gate_proj", "up_proj", "down_proj"))
@@ -90,8 +91,8 @@ def test_stacked_experts_of_all_ranks_are_the_checkpoint(mode: str, tiny_model_d
 
 def test_dummy_moe_weights_are_one_model_at_every_tp(tiny_model_dir) -> None:
     config = ModelConfig.from_dir(tiny_model_dir("qwen3-moe")).with_moe_parallel("ep")
-    whole = dict(load_dummy_weights(config, 0, 1, torch.float32, CPU, seed=3))
-    halves = [dict(load_dummy_weights(config, r, 2, torch.float32, CPU, seed=3)) for r in range(2)]
+    whole = dict(load_weights(dummy_checkpoint(config, 3, CPU), config, 0, 1, torch.float32, CPU))
+    halves = [dict(load_weights(dummy_checkpoint(config, 3, CPU), config, r, 2, torch.float32, CPU)) for r in range(2)]
     name = "model.layers.0.mlp.experts.down_proj"
     assert torch.equal(torch.cat([h[name] for h in halves]), whole[name])
 

@@ -1,4 +1,4 @@
-"""fp32 weights prepacked for oneDNN on the CPU (layers/prepacked.py): the same products as F.linear
+"""fp32 weights prepacked for oneDNN on the CPU (minisgl/cpu/prepacked.py): the same products as F.linear
 within fp32 rounding, every matmul weight of a loaded model swapped (the tied embedding keeping its
 rows for lookups), and none where the engine must keep plain tensors."""
 
@@ -10,15 +10,16 @@ import torch.nn.functional as F
 from gguf import GGMLQuantizationType
 from safetensors import safe_open
 
+import minisgl.cpu as cpu_package
 from minisgl.core import Req, SamplingParams, forward_context
-from minisgl.engine import engine as engine_module
+from minisgl.cpu.amx_tiles import AmxTileWeight, amx_tiles_available
+from minisgl.cpu.kernels import cpu_kernels
+from minisgl.cpu.prepacked import PrepackedFloatWeight, bf16_prepacking_available, prepacking_available
+from minisgl.cpu.quantized import BlockQ4Weight, PackedInt4Weight, dense_table
+from minisgl.cpu.table import CpuKernelTable
 from minisgl.engine import precision
 from minisgl.engine.config import EngineConfig
 from minisgl.engine.engine import Engine
-from minisgl.layers.amx_tiles import AmxTileWeight, amx_tiles_available
-from minisgl.layers.linear import linear
-from minisgl.layers.prepacked import PrepackedFloatWeight, bf16_prepacking_available, prepacking_available
-from minisgl.layers.quantized import BlockQ4Weight, PackedInt4Weight, dense_table
 from minisgl.scheduler.batch import make_prefill_batch
 from minisgl.testing.tiny_gguf import make_tiny_gguf_model
 from minisgl.testing.tiny_models import TINY_MODEL_SPECS
@@ -43,7 +44,8 @@ def test_prepacked_matmul_is_f_linear_within_fp32_rounding(rows: int) -> None:
     assert y.shape == (rows, 96) and y.dtype == torch.float32
     torch.testing.assert_close(y, F.linear(x, weight), rtol=0, atol=fp32_tolerance(x, weight))
     bias = torch.randn(96, generator=generator)
-    torch.testing.assert_close(linear(x, packed, bias), F.linear(x, weight, bias), rtol=0,
+    table = CpuKernelTable(cpu_kernels(), batch_invariant=False)  # the layers' matmul on a CPU
+    torch.testing.assert_close(table.linear(x, packed, bias), F.linear(x, weight, bias), rtol=0,
                                atol=fp32_tolerance(x, weight))
 
 
@@ -86,7 +88,7 @@ def test_an_fp32_engine_prepacks_every_matmul_weight_and_computes_the_same_logit
     prepacked = last_logits(engine, prompt)
     engine.shutdown()
 
-    monkeypatch.setattr(engine_module, "prepacking_available", lambda: False)
+    monkeypatch.setattr(cpu_package, "prepacking_available", lambda: False)
     plain_engine = load(model_dir, dtype="float32")
     assert not any(isinstance(w, PrepackedFloatWeight) for w in plain_engine.model.state_dict().values())
     plain = last_logits(plain_engine, prompt)

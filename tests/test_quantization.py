@@ -20,15 +20,18 @@ from safetensors import safe_open
 
 from minisgl import LLM, SamplingParams
 from minisgl.core import Req, forward_context
+from minisgl.cpu import precision as probe
+from minisgl.cpu import quantized
+from minisgl.cpu.gguf import read_keeping_int4
+from minisgl.cpu.precision import ProbeResult, choose_precision
+from minisgl.cpu.prepacked import bf16_prepacking_available
+from minisgl.cpu.quantized import (BlockQ4Weight, BlockQ8Weight, Int4Weight, PackedInt4Weight, PackedInt8Weight,
+                                   PackedWeight, quantize_q8_0)
 from minisgl.engine import precision
 from minisgl.engine.config import EngineConfig
 from minisgl.engine.engine import Engine
-from minisgl.engine.precision import ProbeResult, choose_precision, resolve_precision
-from minisgl.layers import quantized
-from minisgl.layers.prepacked import bf16_prepacking_available
-from minisgl.layers.quantized import (BlockQ4Weight, BlockQ8Weight, Int4Weight, PackedInt4Weight, PackedInt8Weight,
-                                      PackedWeight, quantize_q8_0)
-from minisgl.models.config import ModelConfig, ModelError
+from minisgl.engine.precision import resolve_precision
+from minisgl.models.config import ModelConfig
 from minisgl.models.gguf_weights import iter_gguf_tensors
 from minisgl.models.weight import shard_and_merge, shard_tensor
 from minisgl.scheduler.batch import make_prefill_batch
@@ -257,7 +260,7 @@ def test_gguf_int4_weights_are_the_checkpoint_weights(qtype, gguf_model) -> None
     checkpoint = safe_open(str(model_dir / "model.safetensors"), framework="pt")
     kinds = set()
     for name, weight in iter_gguf_tensors(GGUFReader(model_dir / "model.gguf"), config.num_heads,
-                                          config.num_kv_heads, keep_int4=True):
+                                          config.num_kv_heads, read=read_keeping_int4):
         kinds.add((name.endswith("_proj.weight"), type(weight)))
         dense = weight.dequantize() if isinstance(weight, Int4Weight) else weight
         # the converted checkpoint holds GGUF's own dequantization: equal bit for bit, rotary order included
@@ -269,7 +272,7 @@ def test_q8_0_projections_arrive_dequantized(gguf_model) -> None:
     model_dir = gguf_model(GGMLQuantizationType.Q8_0)
     config = ModelConfig.from_dir(model_dir)
     tensors = dict(iter_gguf_tensors(GGUFReader(model_dir / "model.gguf"), config.num_heads,
-                                     config.num_kv_heads, keep_int4=True))
+                                     config.num_kv_heads, read=read_keeping_int4))
     assert all(isinstance(t, torch.Tensor) for t in tensors.values())
 
 
@@ -280,7 +283,7 @@ def test_quantized_shards_carry_their_scales() -> None:
         shards = [shard_tensor(name, full, rank, 3, config) for rank in range(3)]
         assert all(isinstance(s, Int4Weight) for s in shards)
         assert torch.equal(torch.cat([s.dequantize() for s in shards], dim=dim), full.dequantize()), name
-    with pytest.raises(ModelError, match=r"tp_size=2 splits the 96 inputs .* 48, which cut through its 32-input"):
+    with pytest.raises(ValueError, match=r"inputs \[0, 48\) cuts through the 32-input quantization groups"):
         shard_tensor("model.layers.0.self_attn.o_proj.weight", random_int4(96, 96), 0, 2, config)
 
 
@@ -290,7 +293,7 @@ def test_a_fused_weight_with_a_dense_part_is_dense() -> None:
     q = random_int4(96, 96)
     k, v = torch.randn(48, 96), torch.randn(48, 96)
     names = [f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkv"]
-    ((name, fused),) = list(shard_and_merge(zip(names, (q, k, v)), config, rank=0, tp_size=1))
+    ((name, fused),) = list(shard_and_merge(zip(names, (q, k, v)), rank=0, tp_size=1, config=config))
     assert name == "model.layers.0.self_attn.qkv_proj.weight" and isinstance(fused, torch.Tensor)
     assert torch.equal(fused, torch.cat([q.dequantize(), k, v]))
 
@@ -350,12 +353,12 @@ def test_quantized_logits_stay_near_the_dense_model(kernels: str, gguf_model) ->
 def fake_probe(int4_ms: dict[int, float], bf16_factor: float = 3.0) -> ProbeResult:
     """fp32 matmuls take 10 + rows ms; bf16 ones `bf16_factor` times that, under bf16 or fp32
     activations alike (the activations' rounding is a small cost the probe would see)."""
-    fp32 = {rows: 10.0 + rows for rows in precision.PROBE_ROWS}
+    fp32 = {rows: 10.0 + rows for rows in probe.PROBE_ROWS}
     bf16 = {r: bf16_factor * t for r, t in fp32.items()}
     return ProbeResult(
         key={},
-        ms={"float32": fp32, "bfloat16": bf16, precision.BF16_MATMULS: bf16, "int4": int4_ms},
-        head_ms={name: {r: 1.0 for r in fp32} for name in ("float32", "bfloat16", precision.BF16_MATMULS, "int8")},
+        ms={"float32": fp32, "bfloat16": bf16, probe.BF16_MATMULS: bf16, "int4": int4_ms},
+        head_ms={name: {r: 1.0 for r in fp32} for name in ("float32", "bfloat16", probe.BF16_MATMULS, "int8")},
     )
 
 
@@ -367,7 +370,7 @@ def test_auto_takes_int4_for_the_batch_sizes_where_it_wins(fp32_kernels: bool) -
         "float32", "float32", "gguf", 4)
     no_gguf = choose_precision(fake_probe(int4), allow_quantized=False, fp32_kernels=fp32_kernels)
     assert no_gguf.quantization == "none"
-    slower = {rows: 100.0 for rows in precision.PROBE_ROWS}
+    slower = {rows: 100.0 for rows in probe.PROBE_ROWS}
     assert choose_precision(fake_probe(slower), fp32_kernels=fp32_kernels).quantization == "none"
 
 
@@ -378,7 +381,7 @@ def test_a_cpu_with_fast_bf16_gets_bf16_matmuls_and_keeps_fp32_activations_for_t
     # bf16 matmuls (0.3 x 14 = 4.2 ms at 4 rows) beat int4 (9 ms) from 4 rows on: int4 keeps 1-2 rows
     assert (with_kernels.dtype, with_kernels.matmul_dtype) == ("float32", "bfloat16")
     assert (with_kernels.quantization, with_kernels.max_quantized_rows) == ("gguf", 2)
-    assert "bfloat16 weights under float32 activations" in precision.describe(with_kernels)
+    assert "bfloat16 weights under float32 activations" in probe.describe(with_kernels)
     # without minisgl's C kernels nothing needs fp32 activations: bf16 throughout
     without = choose_precision(fast_bf16, fp32_kernels=False)
     assert (without.dtype, without.matmul_dtype) == ("bfloat16", "bfloat16")
@@ -387,7 +390,7 @@ def test_a_cpu_with_fast_bf16_gets_bf16_matmuls_and_keeps_fp32_activations_for_t
     assert (named.dtype, named.matmul_dtype) == ("float32", "float32")
     # a probe from a PyTorch without oneDNN prepacking has no bf16-matmul entry: never picked
     no_entry = dataclasses.replace(fast_bf16, ms={k: v for k, v in fast_bf16.ms.items()
-                                                  if k != precision.BF16_MATMULS})
+                                                  if k != probe.BF16_MATMULS})
     assert choose_precision(no_entry, fp32_kernels=True).matmul_dtype == "float32"
 
 
@@ -404,7 +407,7 @@ def test_auto_on_a_fast_bf16_cpu_takes_bf16_matmuls_but_not_for_deterministic_ru
     assert (fixed.dtype, fixed.matmul_dtype, fixed.max_quantized_rows) == ("float32", "float32", None)
     # a bf16 model whose 4-bit weights win at every batch: resolved again (with matmul_dtype bfloat16 now),
     # it stays a bf16 model rather than becoming fp32 activations with bf16 matmuls
-    every_batch = dataclasses.replace(fast_bf16, ms={**fast_bf16.ms, "int4": {r: 0.1 for r in precision.PROBE_ROWS}})
+    every_batch = dataclasses.replace(fast_bf16, ms={**fast_bf16.ms, "int4": {r: 0.1 for r in probe.PROBE_ROWS}})
     monkeypatch.setattr(precision, "cached_probe", lambda *args: every_batch)
     bf16_model = resolve_precision(EngineConfig(model_dir, dtype="bfloat16", quantization="gguf"))
     assert (bf16_model.dtype, bf16_model.matmul_dtype, bf16_model.max_quantized_rows) == ("bfloat16", "bfloat16", None)
@@ -418,41 +421,41 @@ def test_probe_runs_once_per_machine_and_model(monkeypatch: pytest.MonkeyPatch, 
 
     def counting_probe(model, tp_size, threads):
         calls.append((tp_size, threads))
-        return dataclasses.replace(fake_probe({r: 1.0 for r in precision.PROBE_ROWS}),
-                                   key=precision.probe_key(model, tp_size, threads))
+        return dataclasses.replace(fake_probe({r: 1.0 for r in probe.PROBE_ROWS}),
+                                   key=probe.probe_key(model, tp_size, threads))
 
-    monkeypatch.setattr(precision, "run_probe", counting_probe)
-    monkeypatch.setattr(precision, "cpu_share", lambda *args: 0.95)  # a quiet machine
+    monkeypatch.setattr(probe, "run_probe", counting_probe)
+    monkeypatch.setattr(probe, "cpu_share", lambda *args: 0.95)  # a quiet machine
     model = tiny_config()
-    first = precision.cached_probe(model, 1, 2)
-    second = precision.cached_probe(model, 1, 2)
+    first = probe.cached_probe(model, 1, 2)
+    second = probe.cached_probe(model, 1, 2)
     assert calls == [(1, 2)] and second.ms == first.ms  # the second came from the file
     (cached,) = (tmp_path / "probe").iterdir()
-    assert json.loads(cached.read_text())["key"]["cpu"] == precision.cpu_name()
-    precision.cached_probe(model, 1, 1)  # another thread count is another measurement
+    assert json.loads(cached.read_text())["key"]["cpu"] == probe.cpu_name()
+    probe.cached_probe(model, 1, 1)  # another thread count is another measurement
     assert calls == [(1, 2), (1, 1)]
-    monkeypatch.setattr(precision, "cpu_share", lambda *args: 0.5)  # a busy machine
-    precision.cached_probe(model, 2, 1)
-    precision.cached_probe(model, 2, 1)
+    monkeypatch.setattr(probe, "cpu_share", lambda *args: 0.5)  # a busy machine
+    probe.cached_probe(model, 2, 1)
+    probe.cached_probe(model, 2, 1)
     assert calls[2:] == [(2, 1), (2, 1)]  # measured each time, never cached
 
 
 def test_cpu_share_sees_a_process_that_waits_and_one_that_computes() -> None:
     start_wall, start_cpu = time.perf_counter(), time.process_time()
     time.sleep(0.3)  # no CPU at all
-    assert precision.cpu_share(start_wall, start_cpu, threads=1) < 0.2
+    assert probe.cpu_share(start_wall, start_cpu, threads=1) < 0.2
     start_wall, start_cpu = time.perf_counter(), time.process_time()
     while time.process_time() - start_cpu < 0.3:  # 0.3 s of CPU, however long the wall clock takes
         pass
-    alone = precision.cpu_share(start_wall, start_cpu, threads=1)
+    alone = probe.cpu_share(start_wall, start_cpu, threads=1)
     assert alone > 0.1  # fails only where this process got under a tenth of a core (CI runs 2 workers on 2)
-    assert precision.cpu_share(start_wall, start_cpu, threads=4) < alone / 2
+    assert probe.cpu_share(start_wall, start_cpu, threads=4) < alone / 2
 
 
 def test_the_real_probe_measures_every_variant() -> None:
     model = tiny_config()
-    result = precision.run_probe(model, tp_size=1, threads=1)
-    bf16_matmuls = {precision.BF16_MATMULS} if bf16_prepacking_available() else set()
+    result = probe.run_probe(model, tp_size=1, threads=1)
+    bf16_matmuls = {probe.BF16_MATMULS} if bf16_prepacking_available() else set()
     assert set(result.ms) == {"float32", "bfloat16", "int4"} | bf16_matmuls
     assert set(result.head_ms) == {"float32", "bfloat16", "int8"} | bf16_matmuls
     assert all(ms > 0 for times in result.ms.values() for ms in times.values())

@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 
 from minisgl.models.config import ModelConfig
-from minisgl.models.weight import iter_checkpoint, load_weights, shard_tensor
+from minisgl.models.checkpoint import iter_checkpoint
+from minisgl.models.weight import load_weights, shard_tensor
 
 
 def resident_bytes() -> tuple[int, int]:
@@ -63,7 +64,7 @@ def measure_load(
         kept = {name: shard_tensor(name, t, 0, tp_size, config) for name, t in everything.items()}
         del everything
     elif strategy == "streaming":
-        kept = dict(load_weights(model_dir, config, 0, tp_size, dtype, torch.device("cpu"), progress=False))
+        kept = dict(load_weights(iter_checkpoint(model_dir), config, 0, tp_size, dtype, torch.device("cpu")))
     else:
         raise ValueError(f"unknown strategy {strategy!r}; use read-only, whole-then-shard or streaming")
     time.sleep(0.05)  # one more sample after the last free

@@ -25,9 +25,8 @@ PROCESS = "minisgl.process.group"
 IO = "minisgl.scheduler.io"
 RADIX = "minisgl.kvcache.radix_tree"
 
-_COLUMN = (f"{LINEAR}:_LinearBase.forward", f"{LINEAR}:_LinearBase.forward_rms_normed")
-_ROW = (f"{LINEAR}:RowParallelLinear.forward", f"{LINEAR}:RowParallelLinear._sum_partials",
-        f"{LINEAR}:RowParallelLinear.forward_silu_and_mul")
+_COLUMN = (f"{LINEAR}:LinearBase.forward",)
+_ROW = (f"{LINEAR}:RowParallelLinear.forward",)
 _KV_HEADS = (f"{LINEAR}:kv_head_offset", f"{LINEAR}:local_kv_heads")
 _VOCAB_SHARD = (f"{EMBEDDING}:vocab_shard_size",)
 _LOADER = (f"{WEIGHT}:shard_tensor", f"{WEIGHT}:shard_and_merge", f"{WEIGHT}:load_weights", f"{WEIGHT}:merged_name")

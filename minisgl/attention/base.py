@@ -4,7 +4,7 @@
 The engine calls `prepare` once per batch and `release` when a request finishes; each attention
 layer calls `forward`. A backend that can run inside a CUDA graph says so (`supports_cuda_graph`),
 one that can run inside a CPU graph of C calls too (`supports_cpu_graph`), and implements the three
-graph hooks `engine/cuda_graph.py` and `engine/cpu_graph.py` call; the engine asks these flags,
+graph hooks `engine/cuda_graph.py` and `cpu/graphs.py` call; the engine asks these flags,
 never probes for methods.
 """
 
@@ -40,7 +40,7 @@ class AttentionBackend(ABC):
     def release(self, req: Req) -> None:
         """`req` finished: drop whatever this backend keeps per request (nothing, by default)."""
 
-    # ---- graphs (engine/cuda_graph.py, engine/cpu_graph.py), where `supports_*_graph` --------------
+    # ---- graphs (engine/cuda_graph.py, cpu/graphs.py), where `supports_*_graph` ---------------------
     def init_graph_buffers(self, max_bs: int) -> None:
         """Allocate the static buffers that every graph, up to batch size `max_bs`, reads."""
         raise NotImplementedError(f"{type(self).__name__} does not run in graphs")

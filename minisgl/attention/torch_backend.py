@@ -5,8 +5,8 @@ the Triton and FlashInfer kernels are tested against (chapter 10).
 Prefill with a cached prefix and batched decode are the same computation: request i has p_i cached
 tokens and e_i new ones; new token j (0-based) may see cached positions < p_i + j + 1. A decode
 step in fp32 on the CPU (one query per request) skips the padding and the mask: one C function
-(minisgl/kernel/cpu/fused.c) reads each request's own cache rows. That step is all C calls, so it
-can run in a CPU graph (engine/cpu_graph.py): the graph hooks below keep its slot table and
+(minisgl/cpu/fused.c) reads each request's own cache rows. That step is all C calls, so it
+can run in a CPU graph (minisgl/cpu/graphs.py): the graph hooks below keep its slot table and
 lengths in static buffers.
 """
 
@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from minisgl.core import Batch
-from minisgl.kernel import cpu_kernels, use_cpu_kernels
+from minisgl.cpu.kernels import cpu_kernels, use_cpu_kernels
 from minisgl.kvcache import KVCachePool
 
 from .base import AttentionBackend
@@ -103,7 +103,7 @@ class TorchAttentionBackend(AttentionBackend):
         out = out.reshape(reqs, max_q, num_heads, head_dim)
         return out[meta.q_valid]  # [tokens, q_heads, d], back in flat token order
 
-    # ---- CPU graphs (engine/cpu_graph.py): decode steps whose attention is the C function ----------
+    # ---- CPU graphs (minisgl/cpu/graphs.py): decode steps whose attention is the C function ----------
     def init_graph_buffers(self, max_bs: int) -> None:
         self._graph_slots = torch.zeros(max_bs, self.max_seq_len, dtype=torch.int64)
         self._graph_lens = torch.zeros(max_bs, dtype=torch.int64)

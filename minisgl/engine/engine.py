@@ -1,8 +1,9 @@
 """One rank's engine: bind the device, join the TP group, build the model on the meta device and
 stream its shard in, size the KV cache (the same on every rank), and run forward + sample
-(chapters 02-04). On CUDA it also captures decode CUDA graphs and can run a step
-asynchronously, so the scheduler prepares the next step meanwhile; on a CPU it records decode steps
-that are all C kernel calls as CPU graphs (chapter 10). With pipeline
+(chapters 02-04). Once the model is loaded, its device's speed plug-in goes in (minisgl/cpu/ or
+minisgl/kernel/; the capstone's TP steps after it, chapter 15). On CUDA it also captures decode CUDA
+graphs and can run a step asynchronously, so the scheduler prepares the next step meanwhile; on a
+CPU it records decode steps that are all C kernel calls as CPU graphs (chapter 10). With pipeline
 parallelism (chapter 13) it is one stage: its layers only, activations in from the previous stage
 and out to the next (`forward_stage`).
 """
@@ -19,7 +20,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from tqdm.auto import tqdm
 
+from minisgl import cpu, kernel
 from minisgl.attention import create_attention_backend
 from minisgl.core import Batch, Req, forward_context
 from minisgl.distributed import (
@@ -38,22 +41,19 @@ from minisgl.distributed import (
 )
 from minisgl.distributed.symm_mem import enable_symm_mem, keep_multicast_off, symm_mem_unavailable
 from minisgl.distributed.rendezvous import rendezvous
-from minisgl.kernel import cpu_kernels
 from minisgl.kvcache import KVCachePool
-from minisgl.layers import local_kv_heads, use_tp_ops
-from minisgl.layers.batch_invariant import set_batch_invariant
-from minisgl.layers.prepacked import matmuls_on_amx_tiles, prepack_linear_weights, prepacking_available
+from minisgl.layers import install_kernels, local_kv_heads, plug_in
+from minisgl.models.checkpoint import count_tensors, dummy_checkpoint, iter_checkpoint
 from minisgl.models.config import ModelConfig
 from minisgl.models.registry import create_model
 from minisgl.models.stage import PipelineStage
-from minisgl.models.weight import load_dummy_weights, load_weights
+from minisgl.models.weight import load_weights
 from minisgl.trace import TRACE
 
 from .config import EngineConfig
-from .cpu_graph import CpuGraphRunner
 from .cuda_graph import CudaGraphRunner
 from .placeholders import resolve_placeholders
-from .precision import resolve_precision
+from .precision import resolve_dtype, resolve_precision
 from .sampler import greedy_tokens, sample
 
 logger = logging.getLogger(__name__)
@@ -79,28 +79,29 @@ class Engine:
     def __init__(self, config: EngineConfig) -> None:
         tp = config.tp_info
         set_tp_info(tp.rank, tp.size)  # first: every layer constructor reads it
-        use_tp_ops(config.tp_ops)  # None: the layers' and the loader's own code (chapter 15)
         self.model_path = Path(config.model_path)
         self.model_config = ModelConfig.from_dir(self.model_path).with_moe_parallel(config.moe_parallel)
         self.model_config.check_tp_size(tp.size)
         self.stage = PipelineStage.of(config.pp_info.rank, config.pp_info.size, self.model_config.num_layers,
                                       self.model_config.tie_word_embeddings)
         self.device = _bind_device(config)
-        self.config = config = resolve_precision(config)  # "auto" measured here, unless the launcher did
-        self.dtype = resolve_dtype(config.dtype)
-        self.kv_dtype = resolve_dtype(config.kv_cache_dtype)  # the model's dtype, or bf16 under fp32 (CPU)
-        set_batch_invariant(config.deterministic)
+        self.config = config  # its precision resolved below, once the ranks can agree on it
         self.dist_backend = resolve_dist_backend(config.dist_backend, self.device, tp.size, config.local_world_size,
                                                  config.moe_parallel)
         self.world_group: dist.ProcessGroup | None = None  # every rank of every stage (the TP group without PP)
         with TRACE.span("join the group", "process", backend=self.dist_backend):
             self.cpu_group = self._init_communication()
         COMM_COUNTER.configure(counting=config.comm_stats_dir is not None)
+        # "auto" measured on rank 0, the same choice on every rank (unless the launcher resolved it)
+        self.config = config = resolve_precision(config, self.world_group)
+        self.dtype = resolve_dtype(config.dtype)
+        self.kv_dtype = resolve_dtype(config.kv_cache_dtype)  # the model's dtype, or bf16 under fp32 (CPU)
 
         with TRACE.span("load weights", "process"):
             with torch.device("meta"):  # shapes only; real tensors arrive from the loader
                 self.model = create_model(self.model_config, self.stage)
             self._load_weights()
+            self._plug_in()
         with TRACE.span("size the KV cache", "process"):
             num_pages = self._sync_num_pages()
 
@@ -123,7 +124,8 @@ class Engine:
         # the last step's greedy tokens, which fill the next step's placeholders (placeholders.py)
         self._future_tokens = torch.zeros(2 * config.max_running_requests, dtype=torch.int64, device=self.device)
         self.graph_runner = self._init_cuda_graphs()
-        self.cpu_graphs = self._init_cpu_graphs()
+        on_cpu = self.device.type == "cpu"
+        self.cpu_graphs = cpu.cpu_graph_runner(self.model, self.attn_backend, config) if on_cpu else None
 
     def _init_communication(self) -> dist.ProcessGroup | None:
         """A gloo group for CPU control messages; tensor collectives on gloo or NCCL (chapter 03).
@@ -200,27 +202,34 @@ class Engine:
         enable_symm_mem(group, self.device)
 
     def _load_weights(self) -> None:
-        tp = self.config.tp_info
+        """Stream the checkpoint through the loader into the model (chapter 04)."""
+        config, tp, path = self.config, self.config.tp_info, self.model_path
         keep = self.stage.holds if self.stage.size > 1 else None  # a stage reads only its own tensors
-        if self.config.load_format == "dummy":
-            loaded = load_dummy_weights(self.model_config, tp.rank, tp.size, self.dtype, self.device, self.config.seed,
-                                        keep)
+        if config.load_format == "dummy":
+            tensors, total = dummy_checkpoint(self.model_config, config.seed, self.device, keep), None
+        elif config.quantization == "gguf":  # the GGUF's 4-bit weights, kept 4-bit (the CPU plug-in's source)
+            tensors = cpu.GGUFCheckpoint(path, self.model_config, keep)
+            total = len(tensors)
         else:
-            loaded = load_weights(
-                self.model_path, self.model_config, tp.rank, tp.size, self.dtype, self.device,
-                progress=self.config.progress and self.config.world_rank == 0, keep=keep,
-                quantization=self.config.quantization, max_quantized_rows=self.config.max_quantized_rows,
-                batch_invariant=self.config.deterministic,
-            )
-        for name, tensor in loaded:
-            self.model.set_weight(name, tensor)
+            tensors, total = iter_checkpoint(path, keep), count_tensors(path, keep)
+        tensors = tqdm(tensors, total=total, desc=f"Loading weights (rank {tp.rank})", unit="tensor", leave=False,
+                       disable=total is None or not config.progress or config.world_rank != 0)
+        merge = None if config.tp_ops is None else config.tp_ops.shard_and_merge  # the capstone's (chapter 15)
+        for name, weight in load_weights(tensors, self.model_config, tp.rank, tp.size, self.dtype, self.device, merge):
+            self.model.set_weight(name, weight)
         still_empty = [name for name, w in self.model.state_dict().items() if isinstance(w, torch.Tensor) and w.is_meta]
         if still_empty:
             raise ValueError(f"checkpoint has no tensor for {still_empty[:3]}")
-        if (self.device.type == "cpu" and self.dtype == torch.float32 and not self.config.deterministic
-                and self.config.tp_ops is None and prepacking_available()):
-            # oneDNN's layout once, instead of a BLAS repack per call
-            prepack_linear_weights(self.model, resolve_dtype(self.config.matmul_dtype))
+
+    def _plug_in(self) -> None:
+        """Into the loaded model: its device's speed plug-in, then the capstone's TP steps (chapter 15),
+        whose linears the fused CUDA decode layer would skip."""
+        if self.device.type == "cuda":
+            kernel.accelerate(self.model, fuse_decode_layers=self.config.tp_ops is None)
+        else:
+            cpu.accelerate(self.model, self.config, self.model_path, self.model_config)
+        if self.config.tp_ops is not None:
+            plug_in(self.model, self.config.tp_ops)
 
     def _sync_num_pages(self) -> int:
         """Pages every rank can afford; the minimum over ranks, so all ranks admit the same requests."""
@@ -271,29 +280,6 @@ class Engine:
         with torch.inference_mode():
             return CudaGraphRunner(self.model, self.attn_backend, max_bs, self.device, self._future_tokens)
 
-    def _init_cpu_graphs(self) -> CpuGraphRunner | None:
-        """CPU graphs where a decode step can be all C calls: one rank (a collective is not a C call),
-        one stage, fp32 activations with the C kernels built, the torch attention backend, and
-        matmuls in C: GGUF weights (up to `max_quantized_rows` rows) or bf16 AMX tiles (every batch;
-        oneDNN's matmuls are PyTorch ops). That the step's layers then call nothing but C is what
-        capture itself checks (batches above `max_quantized_rows` without AMX tiles take oneDNN's
-        dense matmuls, and run eagerly)."""
-        config = self.config
-        dense_in_c = matmuls_on_amx_tiles(resolve_dtype(config.matmul_dtype))
-        max_bs = config.cpu_graph_max_bs
-        if max_bs is None:  # every batch whose matmuls are C calls
-            quantized_only = config.max_quantized_rows if not dense_in_c else None
-            max_bs = min(config.max_running_requests, quantized_only or config.max_running_requests)
-        if max_bs <= 0 or self.device.type != "cpu" or config.world_size > 1 or config.tp_ops is not None:
-            return None
-        if not (config.quantization == "gguf" or dense_in_c) or self.dtype != torch.float32 or cpu_kernels() is None:
-            return None
-        if COMM_COUNTER.counting:
-            return None
-        if not self.attn_backend.supports_cpu_graph:
-            return None
-        return CpuGraphRunner(self.model, self.attn_backend, max_bs, self._future_tokens if self.overlap else None)
-
     @torch.inference_mode()
     def forward(self, batch: Batch) -> list[int]:
         """Run the model on `batch` and sample one token per request (identical on every rank)."""
@@ -328,6 +314,8 @@ class Engine:
         """A step the host launches: a CPU graph's replay where one fits (or is recorded by this
         very step), else the eager forward."""
         if self.cpu_graphs is not None and self.cpu_graphs.fits(batch):
+            if self.overlap:  # placeholder ids -(i + 1) become token i of the previous step, in place
+                resolve_placeholders(batch.input_ids, self._future_tokens)
             logits = self.cpu_graphs.run(batch)
             if logits is not None:
                 return logits
@@ -390,7 +378,7 @@ class Engine:
         if self.stage.size > 1:
             wait_for_sends()  # the next stage may still be reading them
         destroy_distributed()
-        use_tp_ops(None)
+        install_kernels(self.device.type, None)  # the next engine of this process installs its own
 
     def _write_comm_stats(self) -> None:
         """What the communication counter saw on this rank, as `comm-tp{rank}.json` in `comm_stats_dir`
@@ -421,15 +409,6 @@ def available_host_memory(meminfo: Path = Path("/proc/meminfo")) -> int:
     except OSError:
         pass
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
-def resolve_dtype(name: str) -> torch.dtype:
-    """The torch dtype of a dtype name ("auto" is resolved before, by `resolve_precision`)."""
-    dtypes = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-              "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
-    if name not in dtypes:
-        raise ValueError(f"unknown dtype {name!r}; use auto, float32, bfloat16 or float16")
-    return dtypes[name]
 
 
 def resolve_dist_backend(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from minisgl.core import Req
-from minisgl.kernel import cpu_kernels, use_cpu_kernels
+from minisgl.cpu.kernels import cpu_kernels, use_cpu_kernels
 
 
 def sample(logits: torch.Tensor, reqs: list[Req], emits: list[bool]) -> list[int]:

@@ -1,13 +1,15 @@
-"""Tensor-parallel building blocks: each computes its local shape from `get_tp_info()` and
-communicates only through `minisgl.distributed` (chapters 01, 04, 05, 07; the mixture-of-experts
-block, chapter 14); `tp_ops` lets the capstone (chapter 15) replace their TP steps."""
+"""Tensor-parallel building blocks: each computes its local shape from `get_tp_info()`, communicates
+only through `minisgl.distributed` and computes only through its device's kernel table (`kernels`)
+(chapters 01, 04, 05, 07; the mixture-of-experts block, chapter 14); `tp_ops` lets the capstone
+(chapter 15) replace their TP steps."""
 
-from .activation import silu_and_mul
 from .attention import AttentionLayer
 from .base import BaseOP, MissingLayer, OPList
 from .embedding import ParallelLMHead, VocabParallelEmbedding, vocab_shard_size
+from .kernels import TorchKernels, install_kernels, kernels_for
 from .linear import (
     ColumnParallelLinear,
+    LinearBase,
     MergedColumnParallelLinear,
     QKVParallelLinear,
     ReplicatedLinear,
@@ -20,13 +22,14 @@ from .moe import SparseMoeBlock
 from .moe_dispatch import DispatchPlan, dispatch_plan
 from .norm import RMSNorm
 from .rotary import RotaryEmbedding
-from .tp_ops import TPOps, custom_tp_ops, use_tp_ops
+from .tp_ops import TPOps, plug_in
 
 __all__ = [
     "AttentionLayer",
     "BaseOP",
     "ColumnParallelLinear",
     "DispatchPlan",
+    "LinearBase",
     "MergedColumnParallelLinear",
     "MissingLayer",
     "OPList",
@@ -38,13 +41,14 @@ __all__ = [
     "RowParallelLinear",
     "SparseMoeBlock",
     "TPOps",
+    "TorchKernels",
     "VocabParallelEmbedding",
-    "custom_tp_ops",
     "dispatch_plan",
     "divide",
+    "install_kernels",
+    "kernels_for",
     "kv_head_offset",
     "local_kv_heads",
-    "silu_and_mul",
-    "use_tp_ops",
+    "plug_in",
     "vocab_shard_size",
 ]

@@ -1,10 +1,9 @@
 """`BaseOP`: a layer is plain tensors plus child layers; its state dict is read off its attributes.
 
 No nn.Module machinery: inference needs no autograd, hooks or buffers. Public tensor attributes
-are weights (a quantized or prepacked weight is a `PackedWeight` instead, chapter 04), public
-`BaseOP` / `OPList` attributes are children, and names starting with `_` are private (caches, tied
-references). The dotted names match Hugging Face checkpoints after the loader's q/k/v and gate/up
-merges (chapter 04).
+are weights, public `BaseOP` / `OPList` attributes are children, and names starting with `_` are
+private (caches, tied references). The dotted names match Hugging Face checkpoints after the
+loader's q/k/v and gate/up merges (chapter 04).
 """
 
 from __future__ import annotations
@@ -14,10 +13,13 @@ from typing import Generic, TypeVar
 
 import torch
 
-from .quantized import PackedWeight
+Weight = torch.Tensor  # what a layer holds and the loader sets
 
-Weight = torch.Tensor | PackedWeight  # what a layer holds and the loader sets
-WEIGHT_TYPES = (torch.Tensor, PackedWeight)
+
+def is_weight(value: object) -> bool:
+    """A tensor, or an object standing in for one: anything with a `shape` that is not a layer (a
+    device plug-in may swap a weight for its own form, e.g. the CPU's 4-bit codes, minisgl/cpu/)."""
+    return isinstance(value, torch.Tensor) or (hasattr(value, "shape") and not isinstance(value, BaseOP))
 
 
 class BaseOP:
@@ -28,13 +30,19 @@ class BaseOP:
             if not name.startswith("_") and isinstance(value, BaseOP):
                 yield name, value
 
+    def walk(self) -> Iterator[BaseOP]:
+        """This op and every op below it, depth first."""
+        yield self
+        for _, child in self.named_children():
+            yield from child.walk()
+
     def state_dict(self, prefix: str = "") -> dict[str, Weight]:
         """Every weight of this op and its children, by dotted name."""
         state: dict[str, Weight] = {}
         for name, value in vars(self).items():
             if name.startswith("_"):
                 continue
-            if isinstance(value, WEIGHT_TYPES):
+            if is_weight(value):
                 state[prefix + name] = value
             elif isinstance(value, BaseOP):
                 state.update(value.state_dict(f"{prefix}{name}."))
@@ -49,7 +57,7 @@ class BaseOP:
             if not isinstance(owner, BaseOP):
                 raise KeyError(f"unexpected weight {dotted_name!r}: no layer at {part!r}")
         current = getattr(owner, attr, None)
-        if not isinstance(current, WEIGHT_TYPES) or attr.startswith("_"):
+        if not is_weight(current) or attr.startswith("_"):
             raise KeyError(f"unexpected weight {dotted_name!r}")
         if current.shape != tensor.shape:
             raise ValueError(

@@ -9,15 +9,11 @@ its shard, all-gathers them, and trims the padding.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from minisgl.distributed import all_gather, all_reduce, get_tp_info
-from minisgl.kernel import cpu_kernels, use_cpu_kernels
 
 from .base import BaseOP, Weight
-from .linear import linear
-from .quantized import dense_table
-from .tp_ops import custom_tp_ops
+from .kernels import kernels_for
 
 
 def vocab_shard_size(vocab_size: int, tp_size: int) -> int:
@@ -37,17 +33,12 @@ class VocabParallelEmbedding(BaseOP):
         self.weight = torch.empty(self.shard_size, hidden_size)  # [shard_size, hidden]
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        ops = custom_tp_ops()
-        if ops is not None:  # the capstone's seam (tp_ops.py)
-            return ops.vocab_embedding(input_ids, self.weight, self.vocab_size)
-        table = dense_table(self.weight)  # a tied 8-bit LM head keeps the dense rows beside its codes (ch. 04)
+        kernels = kernels_for(input_ids)
         if get_tp_info().size == 1:  # the whole table is here; the seam's all-reduce is the identity
-            if use_cpu_kernels(table):  # fp32 on the CPU: one C call, which a CPU graph can record (chapter 10)
-                return all_reduce(cpu_kernels().embedding(input_ids, table))
-            return all_reduce(F.embedding(input_ids, table))
+            return all_reduce(kernels.embedding(input_ids, self.weight))
         in_shard = (input_ids >= self.vocab_start) & (input_ids < self.vocab_end)  # [tokens]
         local_ids = torch.where(in_shard, input_ids - self.vocab_start, 0)
-        embeddings = F.embedding(local_ids, table)  # [tokens, hidden]
+        embeddings = kernels.embedding(local_ids, self.weight)  # [tokens, hidden]
         embeddings = embeddings * in_shard.unsqueeze(-1).to(embeddings.dtype)  # zero foreign ids
         return all_reduce(embeddings)
 
@@ -75,10 +66,7 @@ class ParallelLMHead(BaseOP):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """[n, hidden] -> [n, vocab_size]: only the positions that will be sampled come in."""
-        ops = custom_tp_ops()
-        if ops is not None:  # the capstone's seam (tp_ops.py)
-            return ops.lm_head(hidden_states, self.local_weight(), self.vocab_size)
-        local_logits = linear(hidden_states, self.local_weight())  # [n, shard_size]
+        local_logits = kernels_for(hidden_states).linear(hidden_states, self.local_weight())  # [n, shard_size]
         tp_size = get_tp_info().size
         gathered = all_gather(local_logits)  # [tp * n, shard_size], rank-major
         n = hidden_states.shape[0]

@@ -1,32 +1,22 @@
-"""Tensor-parallel linear layers: every one is `F.linear` on a local shard (chapters 01 and 04).
+"""Tensor-parallel linear layers: every one is one matmul on a local shard (chapters 01 and 04).
 
 For Y = X W^T with W of shape [out, in] (PyTorch's layout):
 - column parallel splits `out`: rank r holds W_r = W[r*out/tp:(r+1)*out/tp] and computes its slice
   of Y with no communication (Megatron-LM's `f`: identity forward);
 - row parallel splits `in`: rank r holds W[:, r*in/tp:(r+1)*in/tp], receives the matching slice of
   X, and computes a partial sum; an all-reduce adds the partial sums (Megatron-LM's `g`).
-Constructors only compute local sizes from `get_tp_info()`; the loader fills the shards.
-
-On CUDA, a batch of at most `SMALL_BATCH_ROWS` tokens (decode) takes one Triton GEMV kernel instead
-of cuBLAS, with the RMSNorm before qkv_proj / gate_up_proj or the SiLU-and-multiply before
-down_proj computed inside it (`forward_rms_normed`, `forward_silu_and_mul`; chapter 10). The math
-is the same as the two separate steps: CPU runs, and large batches, take exactly those.
+Constructors only compute local sizes from `get_tp_info()`; the loader fills the shards. The matmul
+itself is the device's kernel table's (kernels.py): F.linear until a speed plug-in installs faster ones.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from minisgl.distributed import all_reduce, get_tp_info
-from minisgl.kernel import use_small_batch_kernel
 
-from .activation import silu_and_mul
-from .base import BaseOP, Weight
-from .batch_invariant import batch_invariant, in_row_tiles
-from .norm import RMSNorm
-from .quantized import PackedWeight
-from .tp_ops import custom_tp_ops
+from .base import BaseOP
+from .kernels import kernels_for
 
 
 def divide(total: int, parts: int, what: str) -> int:
@@ -56,8 +46,8 @@ def kv_head_offset(rank: int, num_kv_heads: int, tp_size: int) -> int:
     return rank * num_kv_heads // tp_size
 
 
-class _LinearBase(BaseOP):
-    """Holds a local weight [local_out, local_in] and an optional bias; forward is one F.linear."""
+class LinearBase(BaseOP):
+    """Holds a local weight [local_out, local_in] and an optional bias; forward is one matmul."""
 
     def __init__(self, local_in: int, local_out: int, has_bias: bool) -> None:
         self.weight = torch.empty(local_out, local_in)
@@ -65,32 +55,17 @@ class _LinearBase(BaseOP):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The column-parallel forward (a replicated layer is its tp = 1 case): no communication."""
-        ops = custom_tp_ops()
-        if ops is not None:  # the capstone's seam (tp_ops.py)
-            return ops.column_linear(x, self.weight, self.bias)
-        return linear(x, self.weight, self.bias)
-
-    def forward_rms_normed(
-        self, norm: RMSNorm, x: torch.Tensor, residual: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """self(norm(x + residual)), and x + residual (the residual stream carried on)."""
-        if use_small_batch_kernel(x) and custom_tp_ops() is None:
-            from minisgl.kernel.triton.linear import small_batch_linear
-
-            y, summed = small_batch_linear(x, self.weight, self.bias, "rms_norm", norm.weight, norm.eps, residual)
-            return y, x if summed is None else summed
-        normed, residual = norm.forward_with_residual(x, residual)
-        return self.forward(normed), residual
+        return kernels_for(x).linear(x, self.weight, self.bias)
 
 
-class ReplicatedLinear(_LinearBase):
+class ReplicatedLinear(LinearBase):
     """The full weight on every rank (no sharding, no communication)."""
 
     def __init__(self, input_size: int, output_size: int, has_bias: bool = False) -> None:
         super().__init__(input_size, output_size, has_bias)
 
 
-class ColumnParallelLinear(_LinearBase):
+class ColumnParallelLinear(LinearBase):
     """Splits the output dim: [tokens, in] -> [tokens, out / tp]. No communication."""
 
     def __init__(self, input_size: int, output_size: int, has_bias: bool = False) -> None:
@@ -99,7 +74,7 @@ class ColumnParallelLinear(_LinearBase):
         super().__init__(input_size, self.local_output_size, has_bias)
 
 
-class MergedColumnParallelLinear(_LinearBase):
+class MergedColumnParallelLinear(LinearBase):
     """Several column-parallel projections sharing one input, fused into one matmul.
 
     gate_proj and up_proj ([intermediate, hidden] each) become gate_up_proj; each rank's weight is
@@ -112,7 +87,7 @@ class MergedColumnParallelLinear(_LinearBase):
         super().__init__(input_size, sum(self.local_output_sizes), has_bias)
 
 
-class QKVParallelLinear(_LinearBase):
+class QKVParallelLinear(LinearBase):
     """q_proj, k_proj and v_proj fused, split by attention head.
 
     Rank r holds num_heads / tp query heads and `local_kv_heads` key/value heads, so its weight is
@@ -131,7 +106,7 @@ class QKVParallelLinear(_LinearBase):
         super().__init__(hidden_size, self.q_size + 2 * self.kv_size, has_bias)
 
 
-class RowParallelLinear(_LinearBase):
+class RowParallelLinear(LinearBase):
     """Splits the input dim: [tokens, in / tp] -> partial [tokens, out] -> all-reduce -> [tokens, out].
 
     The bias is added once, after the all-reduce, so the sum does not count it tp times.
@@ -143,36 +118,6 @@ class RowParallelLinear(_LinearBase):
         super().__init__(self.local_input_size, output_size, has_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        ops = custom_tp_ops()
-        if ops is not None:  # the capstone's seam (tp_ops.py)
-            return ops.row_linear(x, self.weight, self.bias)
-        return self._sum_partials(linear(x, self.weight))
-
-    def forward_silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
-        """self(silu(gate) * up) for the fused gate_up output [tokens, 2 * in / tp]."""
-        if use_small_batch_kernel(gate_up) and custom_tp_ops() is None:
-            from minisgl.kernel.triton.linear import small_batch_linear
-
-            return self._sum_partials(small_batch_linear(gate_up, self.weight, None, "silu_and_mul")[0])
-        return self.forward(silu_and_mul(gate_up))
-
-    def _sum_partials(self, partial: torch.Tensor) -> torch.Tensor:
-        """partial [tokens, out], this rank's share of the sum -> all-reduced, plus the bias once."""
+        partial = kernels_for(x).linear(x, self.weight)  # [tokens, out]: this rank's share of the sum
         output = all_reduce(partial)
         return output if self.bias is None else output + self.bias
-
-
-def linear(x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ weight.T + bias: the small-batch GEMV kernel on CUDA decode batches, a `PackedWeight`'s
-    own kernel on the CPU (int4 / int8 in quantized.py, oneDNN's fp32 GEMM in prepacked.py), else
-    F.linear."""
-    if isinstance(weight, PackedWeight):
-        y = weight.matmul(x)
-        return y if bias is None else y + bias
-    if use_small_batch_kernel(x):
-        from minisgl.kernel.triton.linear import small_batch_linear
-
-        return small_batch_linear(x, weight, bias)[0]
-    if batch_invariant():  # --deterministic: every row through a call of the same shape
-        return in_row_tiles(x, lambda tile: F.linear(tile, weight, bias))
-    return F.linear(x, weight, bias)

@@ -12,8 +12,9 @@ probabilities (renormalised over the k when the model says `norm_topk_prob`).
   run on what arrived, the outputs go back (all-to-all), and an all-gather gives every rank every
   token again for the next layer's tensor-parallel attention.
 
-The experts' math is `expert_outputs`: a readable torch loop over the experts that got tokens on
-any device, one fused Triton grouped GEMM on CUDA (minisgl/kernel/triton/fused_moe.py).
+The experts' math is the kernel table's `expert_outputs` (kernels.py): a readable torch loop over
+the experts that got tokens, which the CUDA plug-in replaces by one fused Triton grouped GEMM
+(minisgl/kernel/triton/fused_moe.py).
 """
 
 from __future__ import annotations
@@ -22,13 +23,11 @@ import torch
 import torch.nn.functional as F
 
 from minisgl.distributed import all_gather, all_reduce, all_to_all_counts, all_to_all_rows, get_tp_info
-from minisgl.kernel import use_triton
 
-from .activation import silu_and_mul
 from .base import BaseOP
+from .kernels import kernels_for
 from .linear import ReplicatedLinear, divide
 from .moe_dispatch import dispatch_plan
-from .norm import RMSNorm
 
 
 class ExpertWeights(BaseOP):
@@ -58,19 +57,12 @@ class SparseMoeBlock(BaseOP):
         self.gate = ReplicatedLinear(hidden_size, num_experts)
         self.experts = ExpertWeights(self.num_local_experts, hidden_size, local_intermediate)
 
-    def forward_normed(
-        self, norm: RMSNorm, x: torch.Tensor, residual: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """self(norm(x + residual)), and x + residual (the decoder layer's interface to its MLP)."""
-        normed, residual = norm.forward_with_residual(x, residual)
-        return self.forward(normed), residual
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [tokens, hidden], the same on every rank -> [tokens, hidden], the same on every rank."""
         if self.parallel == "ep" and get_tp_info().size > 1:
             return self._forward_expert_parallel(x)
         topk_weights, topk_ids = self.route(x)  # [tokens, k] each
-        pair_outputs = expert_outputs(x, topk_ids, self.experts.gate_up_proj, self.experts.down_proj)
+        pair_outputs = self.expert_outputs(x, topk_ids)
         return all_reduce(weighted_sum(pair_outputs, topk_weights))  # the partial sums of the intermediate shards
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,6 +73,11 @@ class SparseMoeBlock(BaseOP):
         if self.norm_topk_prob:
             weights = weights / weights.sum(dim=-1, keepdim=True)
         return weights.to(x.dtype), ids
+
+    def expert_outputs(self, x: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+        """x [tokens, hidden], topk_ids [tokens, k] (local expert ids) -> [tokens * k, hidden], each
+        (token, slot) pair's unweighted expert output (`TorchKernels.expert_outputs`)."""
+        return kernels_for(x).expert_outputs(x, topk_ids, self.experts.gate_up_proj, self.experts.down_proj)
 
     def _forward_expert_parallel(self, x: torch.Tensor) -> torch.Tensor:
         tp, tokens = get_tp_info(), x.shape[0]
@@ -97,7 +94,7 @@ class SparseMoeBlock(BaseOP):
         # the rows arrive by source rank, then by expert: each block of counts names their local expert
         local_ids = torch.arange(self.num_local_experts, device=x.device).repeat(tp.size)
         local_ids = torch.repeat_interleave(local_ids, recv_counts)  # [pairs in]
-        outputs = expert_outputs(received, local_ids[:, None], self.experts.gate_up_proj, self.experts.down_proj)
+        outputs = self.expert_outputs(received, local_ids[:, None])
         returned = all_to_all_rows(outputs, recv_split, send_split)  # [pairs out, hidden], in send order
         combined = weighted_sum(returned[plan.inverse], topk_weights)  # [t, hidden]
         padded = F.pad(combined, (0, 0, 0, per_rank - combined.shape[0]))  # all-gather takes equal blocks
@@ -108,32 +105,3 @@ def weighted_sum(pair_outputs: torch.Tensor, topk_weights: torch.Tensor) -> torc
     """pair_outputs [tokens * k, hidden] (pair = token * k + slot), topk_weights [tokens, k] -> [tokens, hidden]."""
     tokens, k = topk_weights.shape
     return (pair_outputs.view(tokens, k, pair_outputs.shape[-1]) * topk_weights.unsqueeze(-1)).sum(dim=1)
-
-
-def expert_outputs(x: torch.Tensor, topk_ids: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
-    """x [tokens, hidden], topk_ids [tokens, k] (local expert ids), gate_up [experts, 2 * inter, hidden],
-    down [experts, hidden, inter] -> [tokens * k, hidden]: row token * k + slot is the (unweighted)
-    output of expert topk_ids[token, slot] on x[token]."""
-    if use_triton(x):
-        from minisgl.kernel.triton.fused_moe import fused_expert_outputs
-
-        return fused_expert_outputs(x, topk_ids, gate_up, down)
-    return expert_outputs_torch(x, topk_ids, gate_up, down)
-
-
-def expert_outputs_torch(
-    x: torch.Tensor, topk_ids: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor
-) -> torch.Tensor:
-    """`expert_outputs` as a loop over the experts that got tokens: sort the pairs by expert, then
-    one gate_up matmul, SiLU-and-multiply and down matmul per expert."""
-    k = topk_ids.shape[1]
-    experts = topk_ids.reshape(-1)  # [pairs]
-    by_expert = torch.sort(experts, stable=True).indices  # pairs grouped by expert
-    counts = torch.bincount(experts, minlength=gate_up.shape[0]).tolist()
-    out = x.new_empty(experts.numel(), x.shape[1])
-    for expert, pairs in enumerate(by_expert.split(counts)):
-        if pairs.numel() == 0:
-            continue
-        rows = x[pairs // k]  # [pairs of this expert, hidden]
-        out[pairs] = F.linear(silu_and_mul(F.linear(rows, gate_up[expert])), down[expert])
-    return out

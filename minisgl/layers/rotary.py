@@ -1,9 +1,8 @@
 """Rotary position embedding (RoPE), rotate-half layout as in Hugging Face Llama/Qwen (chapter 07).
 
 Positions come from the scheduler (prefix_len ... prefix_len + new_tokens - 1 for each request),
-so a prompt split into chunks rotates exactly as it would in one piece. On CUDA one Triton kernel
-rotates q and k together (minisgl/kernel/triton/fused.py), on an fp32 CPU run one C function
-(minisgl/kernel/cpu/fused.c).
+so a prompt split into chunks rotates exactly as it would in one piece. The rotation itself is the
+device's kernel table's (kernels.py).
 """
 
 from __future__ import annotations
@@ -13,9 +12,8 @@ from typing import Any
 
 import torch
 
-from minisgl.kernel import cpu_kernels, use_cpu_kernels, use_triton
-
 from .base import BaseOP
+from .kernels import kernels_for
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
@@ -63,17 +61,4 @@ class RotaryEmbedding(BaseOP):
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """q [tokens, q_heads, head_dim], k [tokens, kv_heads, head_dim] -> rotated copies."""
-        if use_triton(q):
-            from minisgl.kernel.triton.fused import rope
-
-            return rope(positions, q, k, self._table(q.device, q.dtype))
-        if use_cpu_kernels(q):
-            return cpu_kernels().rope(positions, q, k, self._table(q.device, q.dtype))
-        cos, sin = self._table(q.device, q.dtype)[positions].unsqueeze(1).chunk(2, dim=-1)
-        return _rotate(q, cos, sin), _rotate(k, cos, sin)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate each (x[i], x[i + d/2]) pair by its angle: x * cos + rotate_half(x) * sin."""
-    first, second = x.chunk(2, dim=-1)
-    return torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
+        return kernels_for(q).rope(positions, q, k, self._table(q.device, q.dtype))

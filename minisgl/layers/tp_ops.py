@@ -4,7 +4,8 @@ Every TP layer's forward comes down to one of four operations on this rank's sha
 row linear with its all-reduce, vocab-parallel embedding, vocab-parallel LM head), and loading to a
 fifth (shard every checkpoint tensor, then merge q/k/v and gate/up). `EngineConfig.tp_ops` may give
 an engine another implementation of all five: the capstone plugs in a learner's own functions this
-way. With none installed (the default) the layers and the loader run their own code, in place.
+way. The engine hands `shard_and_merge` to the loader and, once the model is built, calls `plug_in`,
+which points the model's TP layers at the other four; the layers' own code never asks whether it did.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 import torch
+
+from .base import BaseOP
+from .embedding import ParallelLMHead, VocabParallelEmbedding
+from .linear import LinearBase, RowParallelLinear
 
 if TYPE_CHECKING:
     from minisgl.models.config import ModelConfig
@@ -44,15 +49,15 @@ class TPOps(Protocol):
         ...
 
 
-_installed: TPOps | None = None
-
-
-def use_tp_ops(ops: TPOps | None) -> None:
-    """Make `ops` this process's TP steps (None: the engine's own). The engine calls it first thing."""
-    global _installed
-    _installed = ops
-
-
-def custom_tp_ops() -> TPOps | None:
-    """The replacement in use, or None while the engine runs its own code."""
-    return _installed
+def plug_in(model: BaseOP, ops: TPOps) -> None:
+    """Make every TP layer of `model` run its forward through `ops`: each gets a `forward` of its own
+    that hands `ops` the layer's input, its shard and the sizes the step needs."""
+    for op in model.walk():
+        if isinstance(op, RowParallelLinear):
+            op.forward = lambda x, op=op: ops.row_linear(x, op.weight, op.bias)
+        elif isinstance(op, LinearBase):  # column-parallel, merged, QKV and replicated layers
+            op.forward = lambda x, op=op: ops.column_linear(x, op.weight, op.bias)
+        elif isinstance(op, VocabParallelEmbedding):
+            op.forward = lambda ids, op=op: ops.vocab_embedding(ids, op.weight, op.vocab_size)
+        elif isinstance(op, ParallelLMHead):
+            op.forward = lambda h, op=op: ops.lm_head(h, op.local_weight(), op.vocab_size)

@@ -223,7 +223,7 @@ def dequantize_all_tensors(
     reader: GGUFReader, hp: LlamaHyperParams, quiet: bool
 ) -> dict[str, torch.Tensor]:
     """Every GGUF tensor as an fp32 torch tensor under its Hugging Face name, one at a time."""
-    tensors = iter_gguf_tensors(reader, hp.num_attention_heads, hp.num_key_value_heads, keep_int4=False)
+    tensors = iter_gguf_tensors(reader, hp.num_attention_heads, hp.num_key_value_heads)
     progress = tqdm(
         tensors, total=len(reader.tensors), desc=f"Converting {MODEL_NAME} (one-time)", unit="tensor", disable=quiet
     )

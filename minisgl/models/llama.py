@@ -28,6 +28,7 @@ from minisgl.layers import (
     RowParallelLinear,
     SparseMoeBlock,
     VocabParallelEmbedding,
+    kernels_for,
 )
 
 from .config import ModelConfig
@@ -37,8 +38,7 @@ StageTensors = tuple[torch.Tensor, torch.Tensor]  # (hidden states, residual), e
 
 
 class LlamaAttention(BaseOP):
-    """qkv_proj (column) -> local attention -> o_proj (row, all-reduce); the decoder layer runs
-    qkv_proj (with the norm before it), `forward` the rest."""
+    """qkv_proj (column) -> local attention -> o_proj (row, all-reduce)."""
 
     def __init__(self, config: ModelConfig, kv_layer: int, rotary: RotaryEmbedding) -> None:
         self.qkv_proj = QKVParallelLinear(
@@ -58,31 +58,22 @@ class LlamaAttention(BaseOP):
             getattr(self, "k_norm", None),
         )
 
-    def forward(self, positions: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
-        """qkv [tokens, (local_q + 2 * local_kv) * head_dim], the output of qkv_proj."""
+    def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
+        qkv = self.qkv_proj.forward(hidden_states)  # [tokens, (local_q + 2 * local_kv) * head_dim]
         attn_out = self.attn.forward(qkv, positions)  # [tokens, local_q * head_dim]
         return self.o_proj.forward(attn_out)  # [tokens, hidden], all-reduced
 
 
 class LlamaMLP(BaseOP):
-    """gate_up_proj (column) -> SiLU(gate) * up -> down_proj (row, all-reduce); the decoder layer
-    runs gate_up_proj (with the norm before it), `forward` the rest."""
+    """gate_up_proj (column) -> SiLU(gate) * up -> down_proj (row, all-reduce)."""
 
     def __init__(self, config: ModelConfig) -> None:
         self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [config.intermediate_size] * 2)
         self.down_proj = RowParallelLinear(config.intermediate_size, config.hidden_size)
 
-    def forward(self, gate_up: torch.Tensor) -> torch.Tensor:
-        """gate_up [tokens, 2 * intermediate / tp], the output of gate_up_proj -> [tokens, hidden]."""
-        return self.down_proj.forward_silu_and_mul(gate_up)  # all-reduced
-
-    def forward_normed(
-        self, norm: RMSNorm, x: torch.Tensor, residual: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """self(norm(x + residual)), and x + residual. The norm is handed to gate_up_proj: for a decode
-        batch on CUDA, norm + matmul is one kernel (chapter 10); elsewhere, two steps."""
-        gate_up, residual = self.gate_up_proj.forward_rms_normed(norm, x, residual)
-        return self.forward(gate_up), residual
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate_up = self.gate_up_proj.forward(x)  # [tokens, 2 * intermediate / tp]
+        return self.down_proj.forward(kernels_for(gate_up).silu_and_mul(gate_up))  # [tokens, hidden], all-reduced
 
 
 def make_mlp(config: ModelConfig, layer_id: int) -> LlamaMLP | SparseMoeBlock:
@@ -108,12 +99,12 @@ class LlamaDecoderLayer(BaseOP):
     def forward(
         self, positions: torch.Tensor, hidden_states: torch.Tensor, residual: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        # Each norm (with its residual add) is handed to the projection after it: for a decode
-        # batch on CUDA, norm + matmul is one kernel (chapter 10); elsewhere, two steps.
-        attn = self.self_attn
-        qkv, residual = attn.qkv_proj.forward_rms_normed(self.input_layernorm, hidden_states, residual)
-        hidden_states = attn.forward(positions, qkv)
-        return self.mlp.forward_normed(self.post_attention_layernorm, hidden_states, residual)
+        """hidden_states [tokens, hidden] and the residual stream so far (None before the first layer)
+        -> this layer's output and the residual stream, which the next layer's norm adds."""
+        hidden_states, residual = self.input_layernorm.forward_with_residual(hidden_states, residual)
+        hidden_states = self.self_attn.forward(positions, hidden_states)
+        hidden_states, residual = self.post_attention_layernorm.forward_with_residual(hidden_states, residual)
+        return self.mlp.forward(hidden_states), residual
 
 
 class LlamaModel(BaseOP):

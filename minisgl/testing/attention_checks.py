@@ -103,7 +103,8 @@ def fused_kernel_errors(device: torch.device | str, dtype: torch.dtype, seed: in
 
     from minisgl.kernel.triton.fused import rms_norm, rope, silu_and_mul
     from minisgl.kernel.triton.linear import small_batch_linear
-    from minisgl.layers.rotary import RotaryEmbedding, _rotate
+    from minisgl.layers.kernels import rotate_half
+    from minisgl.layers.rotary import RotaryEmbedding
 
     gen = torch.Generator().manual_seed(seed)
     tokens, hidden, heads, kv_heads, head_dim, inter = 7, 96, 4, 2, 32, 80
@@ -146,7 +147,7 @@ def fused_kernel_errors(device: torch.device | str, dtype: torch.dtype, seed: in
                                    F.rms_norm(x.float(), (hidden,), weight.float(), 1e-6)),
         "head_rms_norm": relative_error(rms_norm(q, head_weight, 1e-6)[0],
                                         F.rms_norm(q.float(), (head_dim,), head_weight.float(), 1e-6)),
-        "rope_q": relative_error(q_rot, _rotate(q.float(), cos, sin)),
-        "rope_k": relative_error(k_rot, _rotate(k.float(), cos, sin)),
+        "rope_q": relative_error(q_rot, rotate_half(q.float(), cos, sin)),
+        "rope_k": relative_error(k_rot, rotate_half(k.float(), cos, sin)),
         "silu_and_mul": relative_error(silu_and_mul(gate_up), F.silu(gate) * up),
     }

@@ -66,10 +66,10 @@ def test_store_kv_skips_negative_slots() -> None:
 @pytest.mark.parametrize("rows", [1, 4])
 def test_small_batch_linear_takes_a_row_parallel_shard(rows: int, dtype: torch.dtype) -> None:
     # What chapter 07 does: `down.chunk(tp, dim=1)[rank]`, a view whose rows lie `in` elements
-    # apart. Decode batches of <= 4 rows take the Triton GEMV through `linear()`; it once refused
-    # such a weight on GPUs while the CPU path took it.
+    # apart. Decode batches of <= 4 rows take the Triton GEMV through CUDA's kernel table; it once
+    # refused such a weight on GPUs while the CPU path took it.
     pytest.importorskip("triton")
-    from minisgl.layers.linear import linear
+    from minisgl.kernel.cuda import TritonKernels
 
     generator = torch.Generator().manual_seed(3)
     down = torch.randn(576, 1536, generator=generator).to("cuda", dtype)  # SmolLM2's down_proj, [hidden, inter]
@@ -77,5 +77,5 @@ def test_small_batch_linear_takes_a_row_parallel_shard(rows: int, dtype: torch.d
     x = torch.randn(rows, 512, generator=generator).to("cuda", dtype)
     expected = torch.nn.functional.linear(x.float(), shard.float())
     # bf16: one rounding of the output; fp32: sums of 512 terms in another order
-    torch.testing.assert_close(linear(x, shard).float(), expected, rtol=1e-2 if dtype == torch.bfloat16 else 1e-4,
+    torch.testing.assert_close(TritonKernels().linear(x, shard).float(), expected, rtol=1e-2 if dtype == torch.bfloat16 else 1e-4,
                                atol=5e-2 if dtype == torch.bfloat16 else 1e-3)

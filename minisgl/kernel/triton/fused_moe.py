@@ -1,5 +1,5 @@
 """Fused mixture-of-experts on CUDA: every expert's MLP as two grouped GEMMs over expert-sorted
-tokens (chapter 14; the torch loop it replaces is `expert_outputs_torch` in minisgl/layers/moe.py).
+tokens (chapter 14; the torch loop it replaces is `TorchKernels.expert_outputs` in minisgl/layers/kernels.py).
 
 The (token, slot) pairs are sorted by expert and each expert's run is padded to a multiple of
 BLOCK_M, so that every block of BLOCK_M sorted rows belongs to one expert (`align_by_expert`, torch
@@ -110,7 +110,7 @@ def fused_expert_outputs(
 ) -> torch.Tensor:
     """x [tokens, hidden], topk_ids [tokens, k], gate_up [experts, 2 * inter, hidden], down [experts,
     hidden, inter] -> [tokens * k, hidden]: row token * k + slot is expert topk_ids[token, slot]'s
-    (unweighted) output on x[token]. Same contract as `expert_outputs_torch`."""
+    (unweighted) output on x[token]. Same contract as `TorchKernels.expert_outputs`."""
     x, gate_up, down = x.contiguous(), gate_up.contiguous(), down.contiguous()
     num_experts, hidden, inter_size = down.shape
     top_k = topk_ids.shape[1]

@@ -2,7 +2,7 @@
 
 When every computation of a decode step is one of minisgl's C kernels (an fp32 run with 4-bit
 GGUF weights on one rank), the step can be recorded as its list of C calls and replayed without
-the Python around them (minisgl/kernel/cpu/graph.py). As with CUDA graphs (cuda_graph.py), a
+the Python around them (capture.py). As with CUDA graphs (minisgl/engine/cuda_graph.py), a
 replay repeats fixed addresses and fixed shapes, so:
 - the inputs live in static buffers each step overwrites: token ids, positions, out slots here, the
   slot table and lengths in the attention backend;
@@ -20,24 +20,43 @@ import logging
 
 import torch
 
-from minisgl.attention import AttentionBackend
-from minisgl.core import Batch, forward_context
-from minisgl.kernel.cpu.graph import CapturedCalls, NotCapturable, capture
+from minisgl.core import AttentionHooks, Batch, forward_context
+from minisgl.distributed import COMM_COUNTER
 from minisgl.layers import BaseOP
 
-from .placeholders import resolve_placeholders
+from .capture import CapturedCalls, NotCapturable, capture
+from .kernels import cpu_kernels
+from .prepacked import matmuls_on_amx_tiles
+from .settings import CpuSettings
 
 logger = logging.getLogger(__name__)
 
 
+def cpu_graph_runner(model: BaseOP, attn_backend: AttentionHooks, settings: CpuSettings) -> CpuGraphRunner | None:
+    """CPU graphs where a decode step can be all C calls: one rank (a collective is not a C call),
+    one stage, fp32 activations with the C kernels built, an attention backend that serves them,
+    and matmuls in C: GGUF weights (up to `max_quantized_rows` rows) or bf16 AMX tiles (every
+    batch; oneDNN's matmuls are PyTorch ops). That the step's layers then call nothing but C is
+    what capture itself checks (batches above `max_quantized_rows` without AMX tiles take oneDNN's
+    dense matmuls, and run eagerly)."""
+    dense_in_c = matmuls_on_amx_tiles(getattr(torch, settings.matmul_dtype))
+    max_bs = settings.cpu_graph_max_bs
+    if max_bs is None:  # every batch whose matmuls are C calls
+        quantized_only = settings.max_quantized_rows if not dense_in_c else None
+        max_bs = min(settings.max_running_requests, quantized_only or settings.max_running_requests)
+    if max_bs <= 0 or settings.world_size > 1 or settings.tp_ops is not None or COMM_COUNTER.counting:
+        return None
+    if not (settings.quantization == "gguf" or dense_in_c) or settings.dtype != "float32" or cpu_kernels() is None:
+        return None
+    if not attn_backend.supports_cpu_graph:
+        return None
+    return CpuGraphRunner(model, attn_backend, max_bs)
+
+
 class CpuGraphRunner:
-    def __init__(self, model: BaseOP, attn_backend: AttentionBackend, max_bs: int,
-                 future_tokens: torch.Tensor | None) -> None:
+    def __init__(self, model: BaseOP, attn_backend: AttentionHooks, max_bs: int) -> None:
         self.model = model
         self.attn_backend = attn_backend
-        # the engine's last greedy tokens, which fill placeholder ids (placeholders.py); None: the
-        # engine runs without the overlap schedule, so no batch holds a placeholder
-        self.future_tokens = future_tokens
         self.max_bs = max_bs  # lowered to below the first batch size whose forward cannot be captured
         self.inputs = torch.zeros(3, max_bs, dtype=torch.int64)  # token ids, positions, out slots
         self.last_indices = torch.arange(max_bs)  # one logits row per request
@@ -69,10 +88,8 @@ class CpuGraphRunner:
         return logits.clone()
 
     def _load(self, batch: Batch) -> None:
-        """Copy `batch` into the static buffers its graph reads."""
+        """Copy `batch` into the static buffers its graph reads (its placeholder ids already resolved)."""
         bs = batch.size
-        if self.future_tokens is not None:
-            resolve_placeholders(batch.input_ids, self.future_tokens)  # last step's tokens, in place
         self.inputs[:, :bs] = torch.stack([batch.input_ids, batch.positions, batch.out_slots])
         self.attn_backend.prepare_graph_replay(batch, bs)
 

@@ -1,15 +1,15 @@
 """minisgl's own CPU kernels, in C: the quantized matrix-vector products of quant_gemv.c and the
-quantized matrix-matrix products of quant_gemm.c (chapter 04, "Quantized shards"), the bf16
-matmuls on AMX tiles of amx_gemm.c (chapter 04, "bf16 matmuls, fp32 everything else"), and the
-fused elementwise and decode-attention work of fused.c (the CPU side of chapter 10's fused kernels).
+quantized matrix-matrix products of quant_gemm.c (quantized.py), the bf16 matmuls on AMX tiles of
+amx_gemm.c (amx_tiles.py), and the fused elementwise and decode-attention work of fused.c (the CPU
+side of chapter 10's fused kernels) (chapter 04 teaches them).
 They are compiled on first use by this machine's C compiler for this very CPU (`-march=native`:
 AVX2 where it has it) and called through ctypes.
 
 The shared library is cached under the minisgl cache dir, keyed by the sources, the compiler and
 the CPU's feature flags, so a cache shared by two machines never hands one the other's build. No
 compiler, or a compiler that fails: `cpu_kernels()` returns None and says why once in the log; the
-layers then run their plain torch code (the reference these kernels are tested against), and
-quantized weights PyTorch's int4 / int8 kernels: slower, the same model.
+layers then run the torch reference (minisgl/layers/kernels.py, what these kernels are tested
+against), and quantized weights PyTorch's int4 / int8 kernels: slower, the same model.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 
 from minisgl.utils import minisgl_cache_dir
 
-from .graph import record_call
+from .capture import record_call
 
 SOURCES = [Path(__file__).with_name(name) for name in ("quant_gemv.c", "quant_gemm.c", "amx_gemm.c", "fused.c")]
 COMPILE_FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
@@ -48,7 +48,7 @@ class CpuKernels:
 
             def call(*args: object) -> int | None:
                 result = function(*args)
-                record_call(function, args)  # written down while a CPU graph is being captured (graph.py)
+                record_call(function, args)  # written down while a CPU graph is being captured (capture.py)
                 return result
 
             return call
@@ -223,6 +223,11 @@ def cpu_kernels() -> CpuKernels | None:
         logger.warning("minisgl's C kernels for the CPU are unavailable (%s); the layers run their torch code "
                        "and 4-bit weights PyTorch's slower int4 / int8 kernels", error)
         return None
+
+
+def use_cpu_kernels(x: torch.Tensor) -> bool:
+    """Whether x can take minisgl's C kernels: an fp32 CPU tensor, on a machine that could build them."""
+    return x.device.type == "cpu" and x.dtype == torch.float32 and cpu_kernels() is not None
 
 
 def build_library(compiler: str | None = None, extra_flags: tuple[str, ...] = ()) -> Path:

@@ -2,7 +2,7 @@
 matmuls, fp32 everything else").
 
 On a CPU with AMX, bf16 matmuls under fp32 activations (`matmul_dtype="bfloat16"`) go to
-minisgl/kernel/cpu/amx_gemm.c instead of oneDNN. The weight is reordered once, at load, into the
+amx_gemm.c instead of oneDNN. The weight is reordered once, at load, into the
 exact bytes an AMX tile load reads: for every 16 output rows and 32 inputs one 1 KiB tile holding
 the inputs as pairs,
 
@@ -24,8 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from minisgl.kernel.cpu import cpu_kernels
-
+from .kernels import cpu_kernels
 from .quantized import PackedWeight
 
 TILE_OUTPUTS = 16  # weight rows per tile
@@ -63,7 +62,3 @@ class AmxTileWeight(PackedWeight):
     def matmul_dtype(self) -> torch.dtype:
         """The dtype the products are taken in (as PrepackedFloatWeight.matmul_dtype)."""
         return torch.bfloat16
-
-    @property
-    def kernel_bytes(self) -> int:
-        return self.tiles.numel() * self.tiles.element_size()

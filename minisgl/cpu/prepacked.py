@@ -1,4 +1,4 @@
-"""Dense linear weights reordered once, at load, into oneDNN's blocked layout (CPU only; chapter 04).
+"""Dense linear weights reordered once, after loading, into oneDNN's blocked layout (chapter 04).
 
 `F.linear` on the CPU hands a [out, in] weight to a BLAS GEMM, which copies it into the panel
 layout its inner kernel reads, on every call. With a few dozen rows (a decode batch) that copy is
@@ -26,15 +26,13 @@ needs AVX-512 or AVX-NE-CONVERT, and F.linear already reaches oneDNN there).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
+from minisgl.layers import BaseOP, LinearBase, ParallelLMHead
+
 from .amx_tiles import AmxTileWeight, amx_tiles_available
-from .base import BaseOP
-from .embedding import ParallelLMHead
-from .linear import _LinearBase
 from .quantized import PackedWeight
 
 # the batch size oneDNN picks its blocking for; any number of rows multiplies correctly
@@ -82,9 +80,6 @@ class PrepackedFloatWeight(PackedWeight):
         narrow = x.to(self.matmul_dtype)  # [tokens, in] bf16: the rounding this matmul dtype costs
         return torch.ops.mkldnn._linear_pointwise(narrow, self.packed, None, "none", [], "").to(x.dtype)
 
-    @property
-    def kernel_bytes(self) -> int:
-        return self.shape.numel() * self.matmul_dtype.itemsize
 
 
 def matmuls_on_amx_tiles(matmul_dtype: torch.dtype) -> bool:
@@ -106,8 +101,8 @@ def prepack_linear_weights(model: BaseOP, matmul_dtype: torch.dtype = torch.floa
     `matmul_dtype`, in place, and so the dense copy a quantized weight keeps for large batches.
     Other dtypes stay plain tensors, and the rows a tied embedding looks up stay readable (fp32)
     beside the packed form."""
-    for op in _walk(model):
-        if isinstance(op, _LinearBase):
+    for op in model.walk():
+        if isinstance(op, LinearBase):
             owner, keep_dense = op, False
         elif isinstance(op, ParallelLMHead):
             tied = op._tied_embedding
@@ -125,8 +120,3 @@ def prepack_linear_weights(model: BaseOP, matmul_dtype: torch.dtype = torch.floa
 def _is_cpu_fp32(weight: object) -> bool:
     return isinstance(weight, torch.Tensor) and weight.dtype == torch.float32 and weight.device.type == "cpu"
 
-
-def _walk(op: BaseOP) -> Iterator[BaseOP]:
-    yield op
-    for _, child in op.named_children():
-        yield from _walk(child)

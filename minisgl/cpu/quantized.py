@@ -1,7 +1,7 @@
 """Weight-only quantization on the CPU: a linear weight kept as 4-bit codes with one scale and one
 minimum per group of inputs, and the LM head as 8-bit codes with one scale per group of 32 inputs,
-multiplied by minisgl's own C kernels (minisgl/kernel/cpu/quant_gemv.c) where this machine could
-build them, else by PyTorch's int4 / int8 CPU kernels (chapter 04, "Quantized shards").
+multiplied by minisgl's own C kernels (quant_gemv.c) where this machine could build them, else by
+PyTorch's int4 / int8 CPU kernels (chapter 04, "Quantized shards").
 
 A weight W [out, in] becomes, for every group g of `group_size` consecutive inputs,
 
@@ -11,12 +11,13 @@ which is GGUF's Q4_1 block (d * q + m) as stored; Q4_0 (d * (q - 8)) is the same
 So the weights are the checkpoint's own 4.5 bits per weight, never re-rounded codes.
 
 Two forms, one per stage:
-- `Int4Weight`, the loader's form: codes as a plain [out, in] tensor (one code per byte), so
-  sharding and merging are the same narrow / cat as for a dense weight, with the scales following
-  their groups;
-- the kernel's form, what a linear layer holds and `linear()` dispatches on: `BlockQ4Weight`
-  (GGUF's blocks of 32 again, two codes per byte, for minisgl's kernel) or `PackedInt4Weight`
-  (the tile order PyTorch's kernel reads).
+- `Int4Weight`, the loader's form: codes as a plain [out, in] tensor (one code per byte), with the
+  few tensor methods the loader's shard rules call (`narrow`, `clone`, `index_select`, `torch.cat`,
+  `to`), so it shards and merges through the same code as a dense weight (minisgl/models/weight.py),
+  its scales following their groups;
+- the kernel's form, what a linear layer holds once the plug-in packed it (minisgl/cpu/__init__.py)
+  and the CPU kernel table multiplies (table.py): `BlockQ4Weight` (GGUF's blocks of 32 again, two
+  codes per byte, for minisgl's kernel) or `PackedInt4Weight` (the tile order PyTorch's kernel reads).
 
 The GGUF stores SmolLM2's tied embedding / LM head as Q8_0: per block of 32 inputs of a row, a
 scale d = max|w| / 127 and codes round(w / d). `quantize_q8_0` applies that rule to the dequantized
@@ -37,12 +38,13 @@ probe finds dense weights faster) batches above `max_quantized_rows` rows run fr
 from __future__ import annotations
 
 from collections.abc import Sequence
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from minisgl.kernel.cpu import BLOCK, cpu_kernels
+from .kernels import BLOCK, cpu_kernels
 
 KERNEL_CODE_OFFSET = 8  # the kernel reads codes 0..15 as the signed values -8..7
 KERNEL_GROUP_SIZES = (32, 64, 128, 256)  # the group sizes the CPU kernel accepts
@@ -78,8 +80,8 @@ class Int4Weight:
             return Int4Weight(self.codes.narrow(0, start, length), self.scale.narrow(0, start, length),
                               self.minimum.narrow(0, start, length), self.group_size)
         if start % self.group_size or length % self.group_size:
-            raise ValueError(f"inputs [{start}, {start + length}) cut through a quantization group "
-                             f"of {self.group_size} inputs")
+            raise ValueError(f"a shard of inputs [{start}, {start + length}) cuts through the {self.group_size}-input "
+                             "quantization groups of a 4-bit weight; use --quantization none or another tp size")
         first, count = start // self.group_size, length // self.group_size
         return Int4Weight(self.codes.narrow(1, start, length), self.scale.narrow(1, first, count),
                           self.minimum.narrow(1, first, count), self.group_size)
@@ -93,11 +95,24 @@ class Int4Weight:
             raise ValueError("only the rows of a quantized weight can be reordered")
         return Int4Weight(self.codes[index], self.scale[index], self.minimum[index], self.group_size)
 
-    @staticmethod
-    def cat_rows(parts: Sequence[Int4Weight]) -> Int4Weight:
-        """Stack weights with the same inputs and grouping (q/k/v -> qkv_proj)."""
-        return Int4Weight(torch.cat([p.codes for p in parts]), torch.cat([p.scale for p in parts]),
-                          torch.cat([p.minimum for p in parts]), parts[0].group_size)
+    def to(self, *args: object, **kwargs: object) -> Int4Weight:
+        """Itself: the loader's cast to the model's dtype and move to its device leave 4-bit codes as
+        they are (`pack` takes the dtype; GGUF weights run on the CPU only)."""
+        return self
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206 (PyTorch's signature)
+        """`torch.cat(parts)`, the loader's merge (q/k/v -> qkv_proj): the parts' rows stacked, 4-bit when
+        every part is. A GGUF may store v_proj in 8 bits next to a 4-bit q_proj: the fused weight is
+        then dense, in the dense part's dtype."""
+        if func is not torch.cat or kwargs:
+            return NotImplemented
+        parts: Sequence[Int4Weight | torch.Tensor] = args[0]
+        if all(isinstance(part, Int4Weight) for part in parts):
+            return Int4Weight(torch.cat([p.codes for p in parts]), torch.cat([p.scale for p in parts]),
+                              torch.cat([p.minimum for p in parts]), parts[0].group_size)
+        dtype = next(part.dtype for part in parts if isinstance(part, torch.Tensor))
+        return torch.cat([part.dequantize().to(dtype) if isinstance(part, Int4Weight) else part for part in parts])
 
     def dequantize(self) -> torch.Tensor:
         """The float32 weight [out, in], computed as GGUF's own dequantizer does (a multiply, then an
@@ -170,8 +185,10 @@ class PackedWeight:
 
     @property
     def kernel_bytes(self) -> int:
-        """Bytes the quantized kernel reads per call: what a decode step of a few rows streams."""
-        raise NotImplementedError
+        """Bytes the kernel reads per call (what a decode step of a few rows streams): every tensor
+        of the kernel's form, not the dense copy."""
+        fields = (getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "dense")
+        return sum(value.nbytes for value in fields if isinstance(value, torch.Tensor))
 
 
 @dataclass
@@ -186,9 +203,6 @@ class PackedInt4Weight(PackedWeight):
         return torch.ops.aten._weight_int4pack_mm_for_cpu(_bf16_copy(x), self.packed, self.group_size,
                                                           self.scale_and_zero)
 
-    @property
-    def kernel_bytes(self) -> int:
-        return self.packed.nbytes + self.scale_and_zero.nbytes
 
 
 def gemv_max_rows() -> int:
@@ -220,9 +234,6 @@ class BlockQ4Weight(PackedWeight):
         return cpu_kernels().q4_1(self.codes, self.scale, self.minimum, x,
                                   kernel=block_kernel(x.shape[0], self.batch_invariant))
 
-    @property
-    def kernel_bytes(self) -> int:
-        return self.codes.nbytes + self.scale.nbytes + self.minimum.nbytes
 
 
 @dataclass
@@ -237,9 +248,6 @@ class BlockQ8Weight(PackedWeight):
         return cpu_kernels().q8_0(self.codes, self.scale, x,
                                   kernel=block_kernel(x.shape[0], self.batch_invariant))
 
-    @property
-    def kernel_bytes(self) -> int:
-        return self.codes.nbytes + self.scale.nbytes
 
 
 @dataclass
@@ -260,9 +268,6 @@ class PackedInt8Weight(PackedWeight):
             out += torch.ops.aten._weight_int8pack_mm(x_group, codes, scale)
         return out
 
-    @property
-    def kernel_bytes(self) -> int:
-        return self.codes.nbytes + self.scale.nbytes
 
 
 def quantize_q8_0(weight: torch.Tensor, max_quantized_rows: int | None, keep_dense: bool,
