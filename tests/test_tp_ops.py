@@ -1,4 +1,4 @@
-"""The capstone's seam (minisgl/layers/tp_ops.py): an engine given `tp_ops` runs every TP layer's
+"""The capstone's seam (minisgl/models/tp_ops.py): an engine given `tp_ops` runs every TP layer's
 forward and its weight loading through them."""
 
 from __future__ import annotations

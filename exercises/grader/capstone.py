@@ -1,5 +1,5 @@
 """The capstone's plug (chapter 15): a learner's chapter 01, 04 and 05 functions as the engine's
-tensor-parallel steps (`minisgl.layers.TPOps`), handed to a real engine through `tp_ops=`.
+tensor-parallel steps (`minisgl.models.tp_ops.TPOps`), handed to a real engine through `tp_ops=`.
 
 It travels to every rank process with the engine's config (it pickles: it is only the impl spec),
 and each call goes through the grader's adapters, so the engine's own code for a step stays off

@@ -17,7 +17,7 @@ class CpuSettings(Protocol):
     deterministic: bool  # batch-invariant matmuls (batch_invariant.py)
     cpu_graph_max_bs: int | None  # graphs.py
     max_running_requests: int
-    tp_ops: Any  # the capstone's TP steps (minisgl/layers/tp_ops.py), which take plain weights
+    tp_ops: Any  # the capstone's TP steps (minisgl/models/tp_ops.py), which take plain weights
 
     @property
     def world_size(self) -> int: ...

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from minisgl.distributed import DistributedInfo
 
 if TYPE_CHECKING:
-    from minisgl.layers.tp_ops import TPOps
+    from minisgl.models.tp_ops import TPOps
 
 
 @dataclass
@@ -60,7 +60,7 @@ class EngineConfig:
     overlap_schedule: bool | None = None  # prepare step N+1 while the device runs step N;
     # None: on for CUDA, off for CPU (True forces it on a CPU too, for tests)
     tp_ops: TPOps | None = None  # another implementation of the TP layers' steps and of the loader's
-    # shard-then-merge (minisgl/layers/tp_ops.py): the course's capstone plugs a learner's in; None: ours
+    # shard-then-merge (minisgl/models/tp_ops.py): the course's capstone plugs a learner's in; None: ours
 
     @property
     def world_size(self) -> int:

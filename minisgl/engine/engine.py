@@ -42,11 +42,12 @@ from minisgl.distributed import (
 from minisgl.distributed.symm_mem import enable_symm_mem, keep_multicast_off, symm_mem_unavailable
 from minisgl.distributed.rendezvous import rendezvous
 from minisgl.kvcache import KVCachePool
-from minisgl.layers import install_kernels, local_kv_heads, plug_in
+from minisgl.layers import install_kernels, local_kv_heads
 from minisgl.models.checkpoint import count_tensors, dummy_checkpoint, iter_checkpoint
 from minisgl.models.config import ModelConfig
 from minisgl.models.registry import create_model
 from minisgl.models.stage import PipelineStage
+from minisgl.models.tp_ops import plug_in
 from minisgl.models.weight import load_weights
 from minisgl.trace import TRACE
 

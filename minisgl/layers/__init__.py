@@ -1,7 +1,7 @@
 """Tensor-parallel building blocks: each computes its local shape from `get_tp_info()`, communicates
 only through `minisgl.distributed` and computes only through its device's kernel table (`kernels`)
-(chapters 01, 04, 05, 07; the mixture-of-experts block, chapter 14); `tp_ops` lets the capstone
-(chapter 15) replace their TP steps."""
+(chapters 01, 04, 05, 07; the mixture-of-experts block, chapter 14). The capstone (chapter 15)
+replaces their TP steps from outside (minisgl/models/tp_ops.py)."""
 
 from .attention import AttentionLayer
 from .base import BaseOP, MissingLayer, OPList
@@ -22,7 +22,6 @@ from .moe import SparseMoeBlock
 from .moe_dispatch import DispatchPlan, dispatch_plan
 from .norm import RMSNorm
 from .rotary import RotaryEmbedding
-from .tp_ops import TPOps, plug_in
 
 __all__ = [
     "AttentionLayer",
@@ -40,7 +39,6 @@ __all__ = [
     "RotaryEmbedding",
     "RowParallelLinear",
     "SparseMoeBlock",
-    "TPOps",
     "TorchKernels",
     "VocabParallelEmbedding",
     "dispatch_plan",
@@ -49,6 +47,5 @@ __all__ = [
     "kernels_for",
     "kv_head_offset",
     "local_kv_heads",
-    "plug_in",
     "vocab_shard_size",
 ]

@@ -13,7 +13,6 @@ from typing import Generic, TypeVar
 
 import torch
 
-Weight = torch.Tensor  # what a layer holds and the loader sets
 
 
 def is_weight(value: object) -> bool:
@@ -36,25 +35,21 @@ class BaseOP:
         for _, child in self.named_children():
             yield from child.walk()
 
-    def state_dict(self, prefix: str = "") -> dict[str, Weight]:
+    def state_dict(self, prefix: str = "") -> dict[str, torch.Tensor]:
         """Every weight of this op and its children, by dotted name."""
-        state: dict[str, Weight] = {}
-        for name, value in vars(self).items():
-            if name.startswith("_"):
-                continue
-            if is_weight(value):
-                state[prefix + name] = value
-            elif isinstance(value, BaseOP):
-                state.update(value.state_dict(f"{prefix}{name}."))
+        state = {prefix + name: value for name, value in vars(self).items()
+                 if not name.startswith("_") and is_weight(value)}
+        for name, child in self.named_children():
+            state.update(child.state_dict(f"{prefix}{name}."))
         return state
 
-    def set_weight(self, dotted_name: str, tensor: Weight) -> None:
+    def set_weight(self, dotted_name: str, tensor: torch.Tensor) -> None:
         """Replace the weight at `dotted_name` (e.g. `layers.3.mlp.down_proj.weight`)."""
         owner_path, _, attr = dotted_name.rpartition(".")
-        owner: BaseOP = self
+        owner: BaseOP | None = self
         for part in owner_path.split(".") if owner_path else []:
-            owner = owner[int(part)] if isinstance(owner, OPList) else getattr(owner, part, None)
-            if not isinstance(owner, BaseOP):
+            owner = dict(owner.named_children()).get(part)
+            if owner is None:
                 raise KeyError(f"unexpected weight {dotted_name!r}: no layer at {part!r}")
         current = getattr(owner, attr, None)
         if not is_weight(current) or attr.startswith("_"):
@@ -93,9 +88,3 @@ class OPList(BaseOP, Generic[OP]):
     def named_children(self) -> Iterator[tuple[str, BaseOP]]:
         for index, op in enumerate(self._ops):
             yield str(index), op
-
-    def state_dict(self, prefix: str = "") -> dict[str, Weight]:
-        state: dict[str, Weight] = {}
-        for index, op in enumerate(self._ops):
-            state.update(op.state_dict(f"{prefix}{index}."))
-        return state

@@ -12,7 +12,7 @@ import torch
 
 from minisgl.distributed import all_gather, all_reduce, get_tp_info
 
-from .base import BaseOP, Weight
+from .base import BaseOP
 from .kernels import kernels_for
 
 
@@ -33,7 +33,7 @@ class VocabParallelEmbedding(BaseOP):
         self.weight = torch.empty(self.shard_size, hidden_size)  # [shard_size, hidden]
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        kernels = kernels_for(input_ids)
+        kernels = kernels_for(input_ids)  # the lookup's kernel: F.embedding unless a device plug-in is in
         if get_tp_info().size == 1:  # the whole table is here; the seam's all-reduce is the identity
             return all_reduce(kernels.embedding(input_ids, self.weight))
         in_shard = (input_ids >= self.vocab_start) & (input_ids < self.vocab_end)  # [tokens]
@@ -59,7 +59,7 @@ class ParallelLMHead(BaseOP):
         if tied_embedding is None:
             self.weight = torch.empty(self.shard_size, hidden_size)  # [shard_size, hidden]
 
-    def local_weight(self) -> Weight:
+    def local_weight(self) -> torch.Tensor:
         if self._tied_embedding is not None:
             return self._tied_embedding.weight
         return self.weight

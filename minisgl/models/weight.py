@@ -129,7 +129,7 @@ def load_weights(
 ) -> Iterator[Named]:
     """Yield (engine weight name, local weight on `device` in `dtype`) for every weight of a
     checkpoint streamed as (name, full tensor): `shard_and_merge`'s, or with `merge` another
-    implementation of it (the capstone's, minisgl/layers/tp_ops.py)."""
+    implementation of it (the capstone's, minisgl/models/tp_ops.py)."""
     merge = merge or functools.partial(shard_and_merge, dtype=dtype)
     for name, local in merge(tensors, rank, tp_size, config):
         yield name, local.to(dtype=dtype, device=device)

@@ -11,16 +11,13 @@ which points the model's TP layers at the other four; the layers' own code never
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import torch
 
-from .base import BaseOP
-from .embedding import ParallelLMHead, VocabParallelEmbedding
-from .linear import LinearBase, RowParallelLinear
+from minisgl.layers import BaseOP, LinearBase, ParallelLMHead, RowParallelLinear, VocabParallelEmbedding
 
-if TYPE_CHECKING:
-    from minisgl.models.config import ModelConfig
+from .config import ModelConfig
 
 
 class TPOps(Protocol):
