@@ -1,6 +1,7 @@
 """One way to do each thing, checked on the source: every collective lives in `minisgl/distributed/`,
-every ZMQ socket in `minisgl/message/queues.py`, no package imports one above it, and the engine
-asks its attention backend what it supports instead of probing it."""
+every ZMQ socket in `minisgl/message/queues.py`, every import runs down the floors below (so no two
+packages import each other: no cycle between them), and the engine asks its attention backend what
+it supports instead of probing it."""
 
 from __future__ import annotations
 
@@ -14,17 +15,25 @@ COLLECTIVES = {
     "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_to_all", "barrier", "broadcast",
     "broadcast_object_list", "gather", "recv", "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter", "send",
 }
-# package -> packages it must never import (they sit above it)
-FORBIDDEN_IMPORTS = {
-    "trace": ("minisgl.server", "minisgl.llm", "minisgl.scheduler", "minisgl.tokenizer", "minisgl.engine",
-              "minisgl.distributed", "minisgl.process", "minisgl.message", "minisgl.layers", "minisgl.models"),
-    "llm": ("minisgl.server",),
-    "tokenizer": ("minisgl.scheduler", "minisgl.server", "minisgl.llm"),
-    "scheduler": ("minisgl.server", "minisgl.llm", "minisgl.tokenizer"),
-    "process": ("minisgl.server", "minisgl.llm", "minisgl.scheduler", "minisgl.tokenizer", "minisgl.engine"),
-    "message": ("minisgl.server", "minisgl.llm", "minisgl.scheduler", "minisgl.tokenizer", "minisgl.engine"),
-    "distributed": ("minisgl.server", "minisgl.llm", "minisgl.scheduler", "minisgl.engine", "minisgl.layers"),
-}
+# Every package (and top-level module) of minisgl, lowest first. A module may import its own package
+# and the floors below its own, nothing on its floor or above: lazy imports inside functions and
+# type-only imports count too (a protocol declared low, like `core.AttentionHooks`, replaces a type
+# from above). The speed plug-ins (`cpu`, `kernel`) stand on the layers and models they speed up, so
+# nothing taught imports them; the engine plugs them in.
+FLOORS: list[tuple[str, ...]] = [
+    ("utils", "trace", "core"),
+    ("distributed", "kvcache", "message"),
+    ("process",),
+    ("layers",),
+    ("models",),
+    ("cpu", "kernel"),
+    ("attention",),
+    ("engine",),
+    ("scheduler", "tokenizer"),
+    ("llm", "server"),
+    ("testing", "check_env", "__main__", "__init__"),
+]
+FLOOR = {name: level for level, names in enumerate(FLOORS) for name in names}
 
 
 def _modules(package: str = "") -> list[tuple[str, ast.Module]]:
@@ -67,20 +76,48 @@ def test_every_zmq_socket_is_a_typed_queue() -> None:
     assert not found, f"ZMQ used outside minisgl/message/queues.py (use its queues): {found}"
 
 
-@pytest.mark.parametrize("package", sorted(FORBIDDEN_IMPORTS))
-def test_no_package_imports_one_above_it(package: str) -> None:
+def _unit(path: str) -> str:
+    """The package (or top-level module) a file of minisgl belongs to: minisgl/cpu/table.py -> cpu."""
+    parts = Path(path).relative_to("minisgl").parts
+    return parts[0] if len(parts) > 1 else Path(parts[0]).stem
+
+
+def _imported_units(path: str, tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, package or top-level module) of every minisgl import in a file, relative ones resolved."""
+    package = Path(path).parent.relative_to("minisgl").parts
     found = []
-    for name, tree in _modules(package):
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 0:
-                modules = [node.module or ""]
-            elif isinstance(node, ast.Import):
-                modules = [a.name for a in node.names]
-            else:
-                continue
-            found += [f"{name}:{node.lineno} imports {m}" for m in modules
-                      if m.startswith(FORBIDDEN_IMPORTS[package])]
-    assert not found, f"minisgl/{package}/ imports a package above it: {found}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            base = package[: len(package) - (node.level - 1)]
+            module = ".".join(("minisgl", *base, *([node.module] if node.module else [])))
+            names = [module] if node.module else [f"{module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+            if node.module == "minisgl":  # `from minisgl import cpu, kernel`
+                names = [f"minisgl.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        found += [(node.lineno, name.split(".")[1]) for name in names if name.startswith("minisgl.")]
+    return found
+
+
+def test_every_package_has_a_floor() -> None:
+    units = {_unit(name) for name, _ in _modules()}
+    assert units <= set(FLOOR), f"give these a floor in FLOORS: {sorted(units - set(FLOOR))}"
+
+
+@pytest.mark.parametrize("unit", sorted(FLOOR))
+def test_no_import_runs_up_or_sideways(unit: str) -> None:
+    found = []
+    for name, tree in _modules():
+        if _unit(name) != unit:
+            continue
+        for line, imported in _imported_units(name, tree):
+            if imported != unit and FLOOR.get(imported, len(FLOORS)) >= FLOOR[unit]:
+                found.append(f"{name}:{line} imports minisgl.{imported}")
+    assert not found, f"minisgl/{unit} imports a package on its floor or above it (see FLOORS): {found}"
 
 
 def test_the_engine_does_not_probe_the_attention_backend() -> None:

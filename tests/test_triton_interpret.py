@@ -142,3 +142,41 @@ def test_align_by_expert_pads_each_run_to_whole_blocks() -> None:
     pad = 5
     assert sorted_pairs.tolist()[:6] == [1, 4, 0, 2, 3, pad]  # expert 0: one block, expert 2: two
     assert block_expert.tolist()[:3] == [0, 2, 2] and (block_expert[3:] == 3).all()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["qwen3", "qwen3-moe"])  # q/k norms and biases; an experts' MLP
+def test_the_fused_decode_layer_computes_what_the_plain_layers_do(name: str, tiny_model_dir, monkeypatch) -> None:
+    """The CUDA plug-in's decoder layer (minisgl/kernel/cuda.py) on a decode-sized batch, its GEMVs
+    and their norm / SiLU prologues in the interpreter, against the layers' own forward."""
+    import minisgl.cpu as cpu_plugin
+    from minisgl.core import Req, forward_context
+    from minisgl.engine.config import EngineConfig
+    from minisgl.engine.engine import Engine
+    from minisgl.kernel.cuda import FusedDecodeLayer, TritonKernels, is_small_batch
+    from minisgl.layers import install_kernels
+    from minisgl.scheduler.batch import make_prefill_batch
+
+    monkeypatch.setattr(cpu_plugin, "prepacking_available", lambda: False)  # plain tensors, as on CUDA
+    engine = Engine(EngineConfig(tiny_model_dir(name), dtype="float32", num_pages=64, progress=False))
+    tokens = [5, 6, 7]  # 3 rows: within the fused layer's batch limit
+
+    def last_logits() -> torch.Tensor:
+        req = Req(0, tokens, SamplingParams(temperature=0), len(tokens))
+        req.pages = engine.kv_pool.allocator.allocate(engine.kv_pool.pages_for(len(tokens)))
+        batch = make_prefill_batch([req], [len(tokens)], engine.kv_pool, engine.device)
+        engine.attn_backend.prepare(batch)
+        with torch.inference_mode(), forward_context(batch, engine.attn_backend):
+            return engine.model.forward(batch)[0]
+
+    try:
+        plain = last_logits()
+        install_kernels("cpu", TritonKernels())  # what `accelerate_cuda` installs for CUDA tensors
+        for layer in engine.model.model.layers:
+            layer.forward = FusedDecodeLayer(layer)
+        assert is_small_batch(torch.empty(len(tokens), 8))
+        fused = last_logits()
+    finally:
+        engine.shutdown()  # takes the kernel table out again
+    # fp32 sums in other orders through every layer: a few ulps of the largest logit, with room
+    torch.testing.assert_close(fused, plain, rtol=1e-4, atol=1e-4 * plain.abs().max().item())

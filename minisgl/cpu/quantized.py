@@ -222,7 +222,7 @@ def block_kernel(rows: int, batch_invariant: bool) -> str:
 
 @dataclass
 class BlockQ4Weight(PackedWeight):
-    """A 4-bit linear weight in GGUF's Q4_1 blocks, multiplied by minisgl's kernels (kernel/cpu):
+    """A 4-bit linear weight in GGUF's Q4_1 blocks, multiplied by minisgl's kernels (kernels.py):
     0.5 bytes per weight plus 8 bytes per block of 32 (an fp32 scale and minimum)."""
 
     codes: torch.Tensor  # [out, in / 2] uint8: per block, byte j holds code j (low nibble), 16 + j (high)
@@ -238,7 +238,7 @@ class BlockQ4Weight(PackedWeight):
 
 @dataclass
 class BlockQ8Weight(PackedWeight):
-    """An 8-bit weight in GGUF's Q8_0 blocks, multiplied by minisgl's kernels (kernel/cpu)."""
+    """An 8-bit weight in GGUF's Q8_0 blocks, multiplied by minisgl's kernels (kernels.py)."""
 
     codes: torch.Tensor  # [out, in] int8, -127..127
     scale: torch.Tensor  # [out, in / 32] float32: W[n, k] = codes[n, k] * scale[n, k // 32]

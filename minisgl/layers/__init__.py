@@ -3,6 +3,7 @@ only through `minisgl.distributed` and computes only through its device's kernel
 (chapters 01, 04, 05, 07; the mixture-of-experts block, chapter 14). The capstone (chapter 15)
 replaces their TP steps from outside (minisgl/models/tp_ops.py)."""
 
+from .activation import silu_and_mul
 from .attention import AttentionLayer
 from .base import BaseOP, MissingLayer, OPList
 from .embedding import ParallelLMHead, VocabParallelEmbedding, vocab_shard_size
@@ -47,5 +48,6 @@ __all__ = [
     "kernels_for",
     "kv_head_offset",
     "local_kv_heads",
+    "silu_and_mul",
     "vocab_shard_size",
 ]

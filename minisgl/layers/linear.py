@@ -49,7 +49,7 @@ def kv_head_offset(rank: int, num_kv_heads: int, tp_size: int) -> int:
 class LinearBase(BaseOP):
     """Holds a local weight [local_out, local_in] and an optional bias; forward is one matmul."""
 
-    def __init__(self, local_in: int, local_out: int, has_bias: bool) -> None:
+    def __init__(self, local_in: int, local_out: int, has_bias: bool = False) -> None:
         self.weight = torch.empty(local_out, local_in)
         self.bias = torch.empty(local_out) if has_bias else None
 
@@ -59,10 +59,7 @@ class LinearBase(BaseOP):
 
 
 class ReplicatedLinear(LinearBase):
-    """The full weight on every rank (no sharding, no communication)."""
-
-    def __init__(self, input_size: int, output_size: int, has_bias: bool = False) -> None:
-        super().__init__(input_size, output_size, has_bias)
+    """The full weight on every rank (no sharding, no communication): LinearBase(input_size, output_size)."""
 
 
 class ColumnParallelLinear(LinearBase):

@@ -28,7 +28,7 @@ from minisgl.layers import (
     RowParallelLinear,
     SparseMoeBlock,
     VocabParallelEmbedding,
-    kernels_for,
+    silu_and_mul,
 )
 
 from .config import ModelConfig
@@ -73,7 +73,7 @@ class LlamaMLP(BaseOP):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = self.gate_up_proj.forward(x)  # [tokens, 2 * intermediate / tp]
-        return self.down_proj.forward(kernels_for(gate_up).silu_and_mul(gate_up))  # [tokens, hidden], all-reduced
+        return self.down_proj.forward(silu_and_mul(gate_up))  # [tokens, hidden], all-reduced
 
 
 def make_mlp(config: ModelConfig, layer_id: int) -> LlamaMLP | SparseMoeBlock:
