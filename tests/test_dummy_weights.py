@@ -36,7 +36,8 @@ def test_each_tensor_is_drawn_from_its_own_seed(tiny_model_dir) -> None:
 def test_tp_2_shards_put_together_are_the_tp_1_weights(tiny_model_dir) -> None:
     config = ModelConfig.from_dir(tiny_model_dir("llama"))
     full = dict(load_weights(dummy_checkpoint(config, 3, CPU), config, 0, 1, torch.float32, CPU))
-    shards = [dict(load_weights(dummy_checkpoint(config, 3, CPU), config, rank, 2, torch.float32, CPU)) for rank in range(2)]
+    shards = [dict(load_weights(dummy_checkpoint(config, 3, CPU), config, rank, 2, torch.float32, CPU))
+              for rank in range(2)]
     down = "model.layers.0.mlp.down_proj.weight"  # row parallel: split along the inputs
     assert torch.equal(torch.cat([s[down] for s in shards], dim=1), full[down])
     q_rows = config.num_heads * config.head_dim // 2  # qkv_proj rows of one rank start with its q heads

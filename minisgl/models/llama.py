@@ -15,21 +15,9 @@ import torch
 
 from minisgl.core import Batch
 from minisgl.distributed import comm_site
-from minisgl.layers import (
-    AttentionLayer,
-    BaseOP,
-    MergedColumnParallelLinear,
-    MissingLayer,
-    OPList,
-    ParallelLMHead,
-    QKVParallelLinear,
-    RMSNorm,
-    RotaryEmbedding,
-    RowParallelLinear,
-    SparseMoeBlock,
-    VocabParallelEmbedding,
-    silu_and_mul,
-)
+from minisgl.layers import (AttentionLayer, BaseOP, MergedColumnParallelLinear, MissingLayer, OPList, ParallelLMHead,
+                            QKVParallelLinear, RMSNorm, RotaryEmbedding, RowParallelLinear, SparseMoeBlock,
+                            VocabParallelEmbedding, silu_and_mul)
 
 from .config import ModelConfig
 from .stage import PipelineStage, whole_model
@@ -41,22 +29,15 @@ class LlamaAttention(BaseOP):
     """qkv_proj (column) -> local attention -> o_proj (row, all-reduce)."""
 
     def __init__(self, config: ModelConfig, kv_layer: int, rotary: RotaryEmbedding) -> None:
-        self.qkv_proj = QKVParallelLinear(
-            config.hidden_size, config.head_dim, config.num_heads, config.num_kv_heads, config.qkv_bias
-        )
+        self.qkv_proj = QKVParallelLinear(config.hidden_size, config.head_dim, config.num_heads, config.num_kv_heads,
+                                          config.qkv_bias)
         self.o_proj = RowParallelLinear(config.num_heads * config.head_dim, config.hidden_size, config.o_bias)
         if config.qk_norm:
             self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
-        self.attn = AttentionLayer(
-            kv_layer,
-            self.qkv_proj.local_q_heads,
-            self.qkv_proj.local_kv_heads,
-            config.head_dim,
-            rotary,
-            getattr(self, "q_norm", None),
-            getattr(self, "k_norm", None),
-        )
+        self.attn = AttentionLayer(kv_layer, self.qkv_proj.local_q_heads, self.qkv_proj.local_kv_heads,
+                                   config.head_dim, rotary, getattr(self, "q_norm", None),
+                                   getattr(self, "k_norm", None))
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
         qkv = self.qkv_proj.forward(hidden_states)  # [tokens, (local_q + 2 * local_kv) * head_dim]
@@ -109,9 +90,8 @@ class LlamaDecoderLayer(BaseOP):
 
 class LlamaModel(BaseOP):
     def __init__(self, config: ModelConfig, stage: PipelineStage) -> None:
-        rotary = RotaryEmbedding(
-            config.head_dim, config.max_position_embeddings, config.rope_theta, config.rope_scaling
-        )
+        rotary = RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta,
+                                 config.rope_scaling)
         self._stage = stage
         self.embed_tokens = (VocabParallelEmbedding(config.vocab_size, config.hidden_size)
                              if stage.holds_embedding else MissingLayer())
@@ -121,9 +101,8 @@ class LlamaModel(BaseOP):
         ])
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps) if stage.is_last else MissingLayer()
 
-    def forward(
-        self, positions: torch.Tensor, hidden_states: torch.Tensor, residual: torch.Tensor | None
-    ) -> StageTensors:
+    def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor,
+                residual: torch.Tensor | None) -> StageTensors:
         """This stage's decoder layers: [tokens, hidden] in, (hidden states, residual) out."""
         for index in self._stage.layers:
             comm_site(index)  # where the communication counter files the collectives that follow

@@ -77,5 +77,6 @@ def test_small_batch_linear_takes_a_row_parallel_shard(rows: int, dtype: torch.d
     x = torch.randn(rows, 512, generator=generator).to("cuda", dtype)
     expected = torch.nn.functional.linear(x.float(), shard.float())
     # bf16: one rounding of the output; fp32: sums of 512 terms in another order
-    torch.testing.assert_close(TritonKernels().linear(x, shard).float(), expected, rtol=1e-2 if dtype == torch.bfloat16 else 1e-4,
-                               atol=5e-2 if dtype == torch.bfloat16 else 1e-3)
+    bf16 = dtype == torch.bfloat16
+    torch.testing.assert_close(TritonKernels().linear(x, shard).float(), expected, rtol=1e-2 if bf16 else 1e-4,
+                               atol=5e-2 if bf16 else 1e-3)
