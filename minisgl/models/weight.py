@@ -104,10 +104,8 @@ def shard_and_merge(
             if stacked is not None:
                 yield stacked
             continue
-        local = shard_tensor(name, full, rank, tp_size, config)
+        local = shard_tensor(name, full, rank, tp_size, config).to(dtype=dtype)  # dtype None: as stored
         del full  # from here on only the shard is alive
-        if dtype is not None:
-            local = local.to(dtype)
         merge = merged_name(name)
         if merge is None:
             yield name, local
