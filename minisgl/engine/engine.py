@@ -42,7 +42,7 @@ from minisgl.distributed import (
 from minisgl.distributed.symm_mem import enable_symm_mem, keep_multicast_off, symm_mem_unavailable
 from minisgl.distributed.rendezvous import rendezvous
 from minisgl.kvcache import KVCachePool
-from minisgl.layers import install_kernels, local_kv_heads
+from minisgl.layers import local_kv_heads
 from minisgl.models.checkpoint import count_tensors, dummy_checkpoint, iter_checkpoint
 from minisgl.models.config import ModelConfig
 from minisgl.models.registry import create_model
@@ -379,7 +379,6 @@ class Engine:
         if self.stage.size > 1:
             wait_for_sends()  # the next stage may still be reading them
         destroy_distributed()
-        install_kernels(self.device.type, None)  # the next engine of this process installs its own
 
     def _write_comm_stats(self) -> None:
         """What the communication counter saw on this rank, as `comm-tp{rank}.json` in `comm_stats_dir`

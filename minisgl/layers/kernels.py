@@ -78,8 +78,9 @@ _installed: dict[str, TorchKernels] = {}  # device type ("cpu", "cuda") -> the t
 
 
 def install_kernels(device_type: str, table: TorchKernels | None) -> None:
-    """Make `table` the kernels of every tensor on `device_type` in this process (None: the torch
-    reference again). A device plug-in calls it once the model is built."""
+    """Make `table` the kernels of every tensor on `device_type` in this process, until another is
+    installed (None: the torch reference again). A device plug-in calls it once its engine's model is
+    built: every engine installs the table its own settings need."""
     if table is None:
         _installed.pop(device_type, None)
     else:
