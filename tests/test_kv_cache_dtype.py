@@ -12,7 +12,7 @@ import torch
 
 from minisgl import LLM
 from minisgl.core import Req, SamplingParams
-from minisgl.engine.config import EngineConfig
+from minisgl.config import EngineConfig
 from minisgl.engine.engine import Engine
 from minisgl.engine.precision import resolve_precision
 from minisgl.scheduler import SchedulerConfig

@@ -1,6 +1,8 @@
-"""The per-rank scheduling loop, how it receives messages, and its processes (chapters 02 and 06)."""
+"""The per-rank scheduling loop, how it receives messages, and its processes (chapters 02 and 06).
+A rank's config is `SchedulerConfig` (`minisgl/config.py`), checked once before any rank starts."""
 
-from .config import SchedulerConfig
+from minisgl.config import SchedulerConfig
+
 from .io import LocalIO, SchedulerIO, ZmqIO
 from .scheduler import Scheduler
 
