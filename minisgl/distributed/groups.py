@@ -39,7 +39,7 @@ def join(tp: DistributedInfo, init_addr: str, device: torch.device, backend: str
          timeout_s: float = 600.0) -> Groups:
     """Make rank `tp.rank` of pipeline stage `pp.rank` this process's place, and join its groups.
     The ranks meet at `init_addr`: a `file://` store on one machine, node 0's `tcp://` address across
-    machines; none (""): a rank alone in this process (the offline `LLM` at tp = 1) joins no group.
+    machines; none (""): a rank alone (tp = 1, one stage) joins no group, as nothing needs one.
     `local_ranks` (default: all of them) run on this machine, which tells whether each has a GPU of
     its own; `all_to_all`: the tensor collectives need one (expert parallelism, chapter 14)."""
     set_tp_info(tp.rank, tp.size)  # first: every layer constructor reads it

@@ -27,10 +27,10 @@ def spawn_ranks(
     waiting for their acks (`group.wait_ready` does, together with any other children): all of them
     on one machine, `node_ranks` across machines (chapter 12); with pipeline parallelism, the TP
     group of every stage (chapter 13). On one machine the ranks meet on a store file in the run's ipc
-    folder; across machines at the `dist_init_addr` every node was given."""
+    folder; across machines at the `dist_init_addr` every node was given; a rank alone meets no one."""
     tp_size, pp_size = config.tp_info.size, config.pp_info.size
     replica = f"DP{config.dp_rank}-" if config.dp_size > 1 else ""
-    if config.nnodes == 1:  # the ranks meet on a file (each replica its own): nothing listens on a port
+    if config.nnodes == 1 and config.world_size > 1:  # a file (each replica its own): nothing listens on a port
         store = f"torch-store-dp{config.dp_rank}" if config.dp_size > 1 else "torch-store"
         config = dataclasses.replace(config, dist_init_addr=file_init_method(group.ipc_dir, store))
     return [
