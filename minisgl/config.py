@@ -204,7 +204,8 @@ def _check_precision(config: SchedulerConfig) -> None:
     if config.quantization not in ("auto", "none", "gguf"):
         raise ArgsError(f"unknown quantization {config.quantization!r}; use auto, none or gguf")
     if config.quantization == "gguf" and not on_cpu:
-        raise ArgsError("--quantization gguf runs on the CPU only (its 4-bit kernels are CPU kernels); use none on CUDA")
+        raise ArgsError("--quantization gguf runs on the CPU only (its 4-bit kernels are CPU kernels); "
+                        "use none on CUDA")
     if config.quantization == "gguf" and config.load_format == "dummy":
         raise ArgsError("--load-format dummy has no GGUF to quantize from; use --quantization none")
     if config.deterministic and not on_cpu:

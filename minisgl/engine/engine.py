@@ -10,7 +10,6 @@ and out to the next (`forward_stage`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 from dataclasses import dataclass
@@ -317,16 +316,11 @@ class Engine:
         (`comm-dp{replica}-tp{rank}.json` with data parallelism, `comm-pp{stage}-tp{rank}.json` with
         pipeline stages)."""
         config, tp, pp = self.config, self.config.tp_info, self.config.pp_info
-        folder = Path(config.comm_stats_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        report = {"tp_rank": tp.rank, "tp_size": tp.size, "dp_rank": config.dp_rank, "dp_size": config.dp_size,
-                  "pp_rank": pp.rank, "pp_size": pp.size,
-                  "dist_backend": self.groups.backend, "device": str(self.device), "phases": COMM_COUNTER.to_json()}
         replica = f"dp{config.dp_rank}-" if config.dp_size > 1 else ""
         stage = f"pp{pp.rank}-" if pp.size > 1 else ""
-        (folder / f"comm-{replica}{stage}tp{tp.rank}.json").write_text(json.dumps(report, indent=1))
-        COMM_COUNTER.reset()
-        COMM_COUNTER.configure(counting=False)
+        COMM_COUNTER.write(Path(config.comm_stats_dir) / f"comm-{replica}{stage}tp{tp.rank}.json",
+                           tp_rank=tp.rank, tp_size=tp.size, dp_rank=config.dp_rank, dp_size=config.dp_size,
+                           pp_rank=pp.rank, pp_size=pp.size, dist_backend=self.groups.backend, device=str(self.device))
 
 
 def available_host_memory(meminfo: Path = Path("/proc/meminfo")) -> int:

@@ -3,7 +3,8 @@ A rank's config is `SchedulerConfig` (`minisgl/config.py`), checked once before 
 
 from minisgl.config import SchedulerConfig
 
-from .io import LocalIO, SchedulerIO, ZmqIO
+from .io import SchedulerIO, ZmqIO
+from .local_io import LocalIO
 from .scheduler import Scheduler
 
 __all__ = ["LocalIO", "Scheduler", "SchedulerConfig", "SchedulerIO", "ZmqIO"]
