@@ -92,8 +92,14 @@ class DistributedCommunicator:
     plugins: list[DistributedImpl] = []
     counts: Counter[str] = Counter()
 
-    def run(self, op: str, x: torch.Tensor) -> torch.Tensor:
-        """Collective `op` ("all_reduce" or "all_gather") of `x` over the TP group."""
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        return self._run("all_reduce", x)
+
+    def all_gather(self, x: torch.Tensor) -> torch.Tensor:
+        return self._run("all_gather", x)
+
+    def _run(self, op: str, x: torch.Tensor) -> torch.Tensor:
+        """Collective `op` of `x` over the TP group, counted, by the last plugin."""
         self.counts[op] += 1
         if get_tp_info().size == 1:
             return x
@@ -112,12 +118,12 @@ _COMM = DistributedCommunicator()
 
 def all_reduce(x: torch.Tensor) -> torch.Tensor:
     """Sum `x` across the TP group (identity at tp = 1)."""
-    return _COMM.run("all_reduce", x)
+    return _COMM.all_reduce(x)
 
 
 def all_gather(x: torch.Tensor) -> torch.Tensor:
     """Concatenate `x` from every TP rank along dim 0 (identity at tp = 1)."""
-    return _COMM.run("all_gather", x)
+    return _COMM.all_gather(x)
 
 
 def enable_torch_distributed(group: dist.ProcessGroup | None = None) -> None:
