@@ -92,8 +92,9 @@ def main() -> None:
     finally:
         for llm in llms.values():
             llm.shutdown()
-    results: dict = {"shape": args.shape, "layers": config["num_hidden_layers"], "dtype": args.dtype, "tp": args.tp,
-                     "requests": args.requests, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens}
+    results: dict = {"shape": args.shape, "layers": config["num_hidden_layers"], "dtype": args.dtype, "tp_size": args.tp,
+                     "requests": args.requests, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
+                     "rounds": args.rounds}
     for split, runs in rounds.items():
         results[split] = {metric: spread([run[metric] for run in runs]) for metric in runs[0]}
         for metric, s in results[split].items():

@@ -166,7 +166,10 @@ def main() -> None:
                                                       args.system_tokens, args.turn_tokens),
             "document": lambda vocab, seed: document_workload(vocab, seed, args.questions, args.doc_tokens, 20),
         }
-        results: dict = {"model": args.shape or model_dir.name, "device": args.device}
+        results: dict = {"model": args.shape or model_dir.name, "device": args.device, "workloads": {
+            "conversations": args.conversations, "turns": args.turns, "system_tokens": args.system_tokens,
+            "turn_tokens": args.turn_tokens, "questions": args.questions, "doc_tokens": args.doc_tokens,
+            "max_tokens": args.max_tokens}}
         llms = {cache: LLM(model_dir, cache=cache, kv_memory_gb=kv_gb, **common) for cache in CACHES}
         try:
             vocab, context = llms["naive"].model_config.vocab_size, llms["naive"].model_config.max_position_embeddings
