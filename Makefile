@@ -32,12 +32,13 @@ shell: install
 # executed once (chapters/conftest.py: the run that checks a notebook also writes the executed copy
 # the site shows), on TEST_WORKERS pytest-xdist workers (a test file or a notebook stays on one
 # worker, so a module's server starts once); then the grader on the reference solutions (one
-# process: it writes one results file); then the site built strictly.
+# process: it writes one results file); then the site built strictly (never with --quiet, which drops
+# warnings before strict mode counts them).
 TEST_WORKERS ?= 2
 test: install
 	$(PY) -m pytest tests chapters -n $(TEST_WORKERS) --dist loadfile -q -p no:cacheprovider
 	$(PY) -m pytest exercises --impl solutions -q -p no:cacheprovider
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(CURDIR)/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(CURDIR)/site
 
 grade: install
 	$(PY) -m pytest exercises -q
