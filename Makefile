@@ -1,6 +1,7 @@
 # Two commands set up everything on a fresh machine:
 #   make run    start the OpenAI-compatible server on the embedded SmolLM2 (converts it once)
 #   make test   install what the tests need; run the tests, the grader on solutions/, the notebooks, the site build
+#               and the site in a browser
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -9,7 +10,7 @@ TP ?= 1
 # a stamp: the chapter notebooks ran and their executed copies are in build/notebooks/
 EXECUTED := build/notebooks/.executed
 
-.PHONY: install run shell test grade docs serve-docs check-env bench clean
+.PHONY: install run shell test grade docs site-check serve-docs check-env bench clean
 
 TORCH := torch==2.13.0
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
@@ -53,6 +54,7 @@ test: install
 	$(PY) -m pytest tests chapters -n $(TEST_WORKERS) --dist loadfile -q -p no:cacheprovider
 	$(PY) -m pytest exercises --impl solutions -q -p no:cacheprovider
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(CURDIR)/site
+	$(PY) docs/site_check.py $(CURDIR)/site --screenshots build/site-check
 
 grade: install
 	$(PY) -m pytest exercises -q
@@ -65,6 +67,11 @@ bench: install
 
 docs: $(EXECUTED)
 	$(VENV)/bin/mkdocs build --strict
+
+# The built site in headless Chromium (Debian's chromium and chromium-driver): the home page, a lesson,
+# its notebook, the language switch and the search, a screenshot of each in build/site-check/.
+site-check: docs
+	$(PY) docs/site_check.py $(CURDIR)/site --screenshots build/site-check
 
 serve-docs: $(EXECUTED)
 	$(VENV)/bin/mkdocs serve
