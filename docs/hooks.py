@@ -215,12 +215,22 @@ def on_page_content(html: str, page, config, files: Files) -> str:
         f"<code>{folder}/</code> in the repository. The explanations, summary and exercises are on the "
         f'<a href="{lesson}">lesson page</a>.</p></div>'
     )
-    return box + html.replace('href="README.md"', f'href="{lesson}"')  # the notebook's own lesson links
+    html = html.replace('href="README.md"', f'href="{lesson}"')  # the notebook's own lesson links
+    # its markdown cells embed figures/NAME.png from the chapter's folder, one level above the page's URL
+    return box + html.replace('src="figures/', 'src="../figures/')
+
+
+HEAD_ALTERNATE = re.compile(r'<link rel="alternate" href="[^"]*" hreflang="[^"]*">\s*')
 
 
 def on_post_page(output: str, page, config) -> str:
     """Links to the other language's page, which only the other build has: a notebook's, and the language
-    menu's on its page, to its chapter's Chinese page (notebooks are English only)."""
+    menu's on its page, to its chapter's Chinese page (notebooks are English only).
+
+    The head's `<link rel="alternate" hreflang>` tags go: the theme's script takes each for a language's
+    root and fetches a sitemap under it, which under a page's URL is a 404 on every page (an error in
+    the browser's console); the language menu's own links already lead to the same page."""
+    output = HEAD_ALTERNATE.sub("", output)
     if page.file.src_uri.endswith(".ipynb"):
         chapter, notebook = Path(page.file.src_uri).parent.as_posix(), Path(page.file.src_uri).stem
         lesson = f'href="../../../{ZH}/{chapter}/"'

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import TimeoutException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -127,9 +127,8 @@ def language_switch(walk: Walk) -> None:
 
 def search(walk: Walk) -> None:
     walk.open("")
-    walk.wait_for("the search box", lambda d: walk.css("input.md-search__input"))
-    walk.driver.find_element(By.CSS_SELECTOR, "label.md-search__icon, .md-header__button[for='__search']").click()
-    box = walk.driver.find_element(By.CSS_SELECTOR, "input.md-search__input")
+    box = walk.wait_for("the search box", lambda d: [b for b in walk.css("input.md-search__input") if b.is_displayed()])[0]
+    box.click()
     box.send_keys("radix")
     walk.wait_for("search results for 'radix' leading to chapter 11", lambda d: [
         a for a in walk.css(".md-search-result__item a") if CHAPTER in (a.get_attribute("href") or "")])
@@ -158,7 +157,10 @@ def main() -> int:
                 walk = Walk(driver, base, args.screenshots)
                 for step in STEPS:
                     began = time.perf_counter()
-                    step(walk)
+                    try:
+                        step(walk)
+                    except WebDriverException as error:  # the browser refused an action: one line, not a trace
+                        raise SiteCheckFailed(f"{step.__name__}: {error.msg}") from None
                     print(f"site-check: {step.__name__.replace('_', ' ')} ok ({time.perf_counter() - began:.1f} s)")
             finally:
                 driver.quit()

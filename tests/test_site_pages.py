@@ -98,7 +98,9 @@ def test_a_notebook_page_says_how_to_run_it_and_links_its_lesson_and_a_download(
     notebook = NotebookFile(file(NOTEBOOK, ROOT), use_directory_urls=True, site_dir="/site")
     files = Files([file(f"{folder}/README.md", ROOT), notebook, file("prerequisites.md", ROOT / "docs")])
     page = SimpleNamespace(file=files.get_file_from_path(NOTEBOOK))
-    html = hooks.on_page_content('<p>the <a href="README.md">lesson page</a></p>', page, None, files)
+    html = hooks.on_page_content('<p>the <a href="README.md">lesson page</a></p><img src="figures/ch.png"/>', page,
+                                 None, files)
+    assert '<img src="../figures/ch.png"/>' in html  # the chapter's figure, one level above the page's URL
     name = NOTEBOOK.rsplit("/", 1)[1]
     assert f'<a href="{name}" download>' in html  # mkdocs-jupyter's include_source puts the file there
     assert f"jupyter lab {NOTEBOOK}" in html
