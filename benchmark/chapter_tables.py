@@ -69,7 +69,8 @@ def prefix_cache(record: dict, zh: bool) -> str:
             tail += (f"按需分配页面时，{conc['requests']} 个不带 `max_tokens` 的请求中有 {conc['pages_on_demand']} 个同时运行；"
                      f"像以前那样在准入时预留 prompt + `max_tokens` 的页面，只能放进 {conc['reserved_up_front']} 个。")
     else:
-        head = f"{_source(record, zh)}; the median of {n} rounds (smallest–largest in brackets), the caches taking turns:"
+        head = (f"{_source(record, zh)}; the median of {n} rounds (smallest–largest in brackets), "
+                "the caches taking turns:")
         tail = (f"Round by round, the cache cut the chat's mean time to first token {_range(ct, '.2f')} times and its "
                 f"total time {_range(cs, '.2f')} times; the document questions' {_range(dt, '.2f')} and "
                 f"{_range(ds, '.2f')} times. Greedy tokens were the same with and without the cache in "

@@ -76,7 +76,8 @@ def main() -> None:
         result = {}
         for size, batch in batches.items():
             first = timed(lambda: llm.generate(batch, one))
-            result[f"step_ms_batch_{size}"] = 1e3 * (timed(lambda: llm.generate(batch, full)) - first) / (args.new_tokens - 1)
+            decode_s = timed(lambda: llm.generate(batch, full)) - first
+            result[f"step_ms_batch_{size}"] = 1e3 * decode_s / (args.new_tokens - 1)
         outputs: list = []
         seconds = timed(lambda: outputs.extend(llm.generate(workload, full)))
         result["output_tok_per_s"] = sum(len(o.token_ids) for o in outputs) / seconds
@@ -92,9 +93,9 @@ def main() -> None:
     finally:
         for llm in llms.values():
             llm.shutdown()
-    results: dict = {"shape": args.shape, "layers": config["num_hidden_layers"], "dtype": args.dtype, "tp_size": args.tp,
-                     "requests": args.requests, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
-                     "rounds": args.rounds}
+    results: dict = {"shape": args.shape, "layers": config["num_hidden_layers"], "dtype": args.dtype,
+                     "tp_size": args.tp, "requests": args.requests, "prompt_len": args.prompt_len,
+                     "new_tokens": args.new_tokens, "rounds": args.rounds}
     for split, runs in rounds.items():
         results[split] = {metric: spread([run[metric] for run in runs]) for metric in runs[0]}
         for metric, s in results[split].items():

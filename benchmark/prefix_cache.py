@@ -82,12 +82,14 @@ def concurrency(config: SchedulerConfig, num_requests: int, old_admission: bool)
         scheduler = run.scheduler
         if old_admission:  # reserve the request's whole future, as admission did before pages on demand
             pool = run.engine.kv_pool
-            scheduler.kv.reserve = lambda req: max(0, pool.pages_for(req.max_total_len) - len(req.pages))  # type: ignore
+            scheduler.kv.reserve = (  # type: ignore
+                lambda req: max(0, pool.pages_for(req.max_total_len) - len(req.pages)))
         context = run.engine.model_config.max_position_embeddings
         generator = torch.Generator().manual_seed(2)
         for uid in range(num_requests):
             prompt = tokens(generator, 30, run.engine.model_config.vocab_size)
-            chat = SamplingParams(temperature=0, max_tokens=context - len(prompt), ignore_eos=True)  # as the API sets it
+            # no max_tokens: the API lets the request run to the context length
+            chat = SamplingParams(temperature=0, max_tokens=context - len(prompt), ignore_eos=True)
             run.io.inbox.append(GenerateRequest(uid, prompt, chat))
         most = 0
         for _ in range(4):

@@ -55,7 +55,8 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 def browser(profile: Path) -> WebDriver:
     for path, package in ((CHROMIUM, "chromium"), (DRIVER, "chromium-driver")):
         if not Path(path).is_file():
-            raise SiteCheckFailed(f"{path} not found: install Debian's {package} (apt-get install chromium chromium-driver)")
+            raise SiteCheckFailed(f"{path} not found: install Debian's {package} "
+                                  "(apt-get install chromium chromium-driver)")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in [*FLAGS, f"--user-data-dir={profile}"]:
@@ -127,7 +128,8 @@ def language_switch(walk: Walk) -> None:
 
 def search(walk: Walk) -> None:
     walk.open("")
-    box = walk.wait_for("the search box", lambda d: [b for b in walk.css("input.md-search__input") if b.is_displayed()])[0]
+    boxes = walk.wait_for("the search box", lambda d: [b for b in walk.css("input.md-search__input") if b.is_displayed()])
+    box = boxes[0]
     box.click()
     box.send_keys("radix")
     walk.wait_for("search results for 'radix' leading to chapter 11", lambda d: [
