@@ -76,7 +76,7 @@ for part in $parts; do
             done 2>&1 | tee "$OUT/pipeline_scaling.log" ;;
         prefix) timeout -k 10 "${PREFIX_TIMEOUT:-240}" python3 benchmark/prefix_cache.py --device cuda --shape qwen3-0.6b \
                     --out "$OUT/prefix_cache.json" 2>&1 | tee "$OUT/prefix_cache.log" ;;
-        moe) timeout -k 10 "${MOE_TIMEOUT:-300}" python3 benchmark/moe.py --device cuda --dtype bfloat16 --shape qwen3-30b-a3b \
+        moe) timeout -k 10 "${MOE_TIMEOUT:-540}" python3 benchmark/moe.py --device cuda --dtype bfloat16 --shape qwen3-30b-a3b \
                  --layers 16 --out "$OUT/moe-gpu.json" 2>&1 | tee "$OUT/moe.log" ;;
         *) echo "unknown part $part (tests, grader, flashinfer, gemv, profile, decode, offline, parallel, pp-tests," \
                 "pipeline, prefix, moe)"
