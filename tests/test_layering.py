@@ -28,6 +28,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("models",),
     ("cpu", "kernel"),
     ("attention",),
+    ("config",),  # the launch settings, checked once (minisgl/config.py)
     ("engine",),
     ("scheduler", "tokenizer"),
     ("llm", "server"),

@@ -18,7 +18,7 @@ from minisgl.cpu.prepacked import PrepackedFloatWeight, bf16_prepacking_availabl
 from minisgl.cpu.quantized import BlockQ4Weight, PackedInt4Weight, dense_table
 from minisgl.cpu.table import CpuKernelTable
 from minisgl.engine import precision
-from minisgl.engine.config import EngineConfig
+from minisgl.config import EngineConfig
 from minisgl.engine.engine import Engine
 from minisgl.scheduler.batch import make_prefill_batch
 from minisgl.testing.tiny_gguf import make_tiny_gguf_model

@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from gguf import GGMLQuantizationType, GGUFReader
 from safetensors import safe_open
@@ -28,16 +27,14 @@ from minisgl.cpu.precision import ProbeResult, choose_precision
 from minisgl.cpu.prepacked import bf16_prepacking_available
 from minisgl.cpu.quantized import (BlockQ4Weight, BlockQ8Weight, Int4Weight, PackedInt4Weight, PackedInt8Weight,
                                    PackedWeight, quantize_q8_0)
-from minisgl.distributed import DistributedInfo
 from minisgl.engine import precision
-from minisgl.engine.config import EngineConfig
+from minisgl.config import EngineConfig
 from minisgl.engine.engine import Engine
 from minisgl.engine.precision import resolve_precision
 from minisgl.models.config import ModelConfig
 from minisgl.models.gguf_weights import iter_gguf_tensors
 from minisgl.models.weight import shard_and_merge, shard_tensor
 from minisgl.scheduler.batch import make_prefill_batch
-from minisgl.testing.multiprocess import run_ranks
 from minisgl.testing.tiny_gguf import make_tiny_gguf_model
 from minisgl.testing.tiny_models import TINY_MODEL_SPECS
 
@@ -416,28 +413,6 @@ def test_auto_on_a_fast_bf16_cpu_takes_bf16_matmuls_but_not_for_deterministic_ru
     assert (bf16_model.dtype, bf16_model.matmul_dtype, bf16_model.max_quantized_rows) == ("bfloat16", "bfloat16", None)
     for resolved in (free, fixed, bf16_model):  # the engine resolves the launcher's config again: it must stand
         assert resolve_precision(resolved) == resolved
-
-
-def resolve_on_rank(rank: int, world_size: int, model_dir: Path, kv_cache_dtype: str) -> tuple | str:
-    """The precision this rank's engine would run, where each rank's probe would choose otherwise:
-    rank 0's finds the 4-bit weights faster up to 4 rows, the others' never; or the error it raised."""
-    int4 = {1: 4.0, 2: 5.0, 4: 9.0, 8: 30.0, 16: 60.0, 32: 120.0} if rank == 0 else {r: 1e3 for r in probe.PROBE_ROWS}
-    precision.cached_probe = lambda *args: fake_probe(int4)  # this rank process's own probe
-    config = EngineConfig(model_dir, tp_info=DistributedInfo(rank, world_size), kv_cache_dtype=kv_cache_dtype)
-    try:
-        resolved = resolve_precision(config, dist.group.WORLD)
-    except ValueError as error:
-        return str(error)
-    return resolved.dtype, resolved.quantization, resolved.max_quantized_rows, resolved.kv_cache_dtype
-
-
-@pytest.mark.timeout(120)
-def test_every_rank_takes_rank_0s_choice_and_its_error(gguf_model) -> None:
-    model_dir = gguf_model(GGMLQuantizationType.Q4_1)
-    assert run_ranks(resolve_on_rank, 2, model_dir, "auto") == [("float32", "gguf", 4, "float32")] * 2
-    # float16 is no KV-cache dtype of an fp32 model: only rank 0 resolves, and every rank says so
-    errors = run_ranks(resolve_on_rank, 2, model_dir, "float16")
-    assert errors[0] == errors[1] and "unknown kv_cache_dtype 'float16'" in errors[0]
 
 
 def test_probe_runs_once_per_machine_and_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The settings the CPU plug-in reads, as a protocol: `EngineConfig` (minisgl/engine/config.py)
+"""The settings the CPU plug-in reads, as a protocol: `EngineConfig` (minisgl/config.py)
 provides them, and declaring them here keeps this package below the engine that calls it."""
 
 from __future__ import annotations

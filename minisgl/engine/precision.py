@@ -4,55 +4,33 @@ with no "auto" left, and a combination that cannot run fails here with one line 
 
 On CUDA "auto" is bf16. On a CPU it is measured: the CPU plug-in's probe times this model's
 matmuls in every form this CPU has and picks the fastest (minisgl/cpu/precision.py, cached on disk).
-Every rank must run the same choice, and does by construction: with several ranks, rank 0 resolves
-and broadcasts the resolved fields over the gloo CPU group, and every other rank takes them (no rank
-probes on its own). Across machines (--nnodes > 1) "auto" is fp32 without a probe: node 0's CPU
-says nothing about the others'.
+Every rank must run the same choice, and does by construction: only world rank 0 calls
+`resolve_precision`, and the engine hands its result to every rank over the gloo CPU group
+(`_same_on_every_rank` in engine.py): no rank probes on its own. Across machines (--nnodes > 1)
+"auto" is fp32 without a probe: node 0's CPU says nothing about the others'.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
-
+from minisgl.config import EngineConfig
 from minisgl.cpu.kernels import cpu_kernels
 from minisgl.cpu.precision import BF16_MATMULS, cached_probe, choose_precision, describe
 from minisgl.cpu.prepacked import bf16_prepacking_available
-from minisgl.distributed import broadcast_bytes, broadcast_count
 from minisgl.models.config import ModelConfig
 from minisgl.models.gguf_weights import find_model_gguf
-
-from .config import EngineConfig
-
-RESOLVED = ("dtype", "quantization", "max_quantized_rows", "matmul_dtype", "kv_cache_dtype")  # what "auto" sets
 
 logger = logging.getLogger(__name__)
 
 
-def resolve_precision(config: EngineConfig, group: dist.ProcessGroup | None = None) -> EngineConfig:
+def resolve_precision(config: EngineConfig) -> EngineConfig:
     """`config` with explicit dtype, quantization, max_quantized_rows, matmul_dtype and kv_cache_dtype
-    ("auto" measured on a CPU). With `group` (every rank of this replica), rank 0's result on every rank."""
-    check_precision(config)  # on every rank: a bad combination fails on all of them alike
-    if group is None:
-        return _resolve(config)
-    fields: dict[str, object] = {}
-    if config.world_rank == 0:
-        try:
-            resolved = _resolve(config)
-            fields = {name: getattr(resolved, name) for name in RESOLVED}
-        except ValueError as error:  # every rank raises it, instead of waiting for a choice that never comes
-            fields = {"error": str(error)}
-    data = json.dumps(fields).encode()
-    size = broadcast_count(len(data), group)  # rank 0's length: the other ranks' buffers must match it
-    fields = json.loads(broadcast_bytes(data if config.world_rank == 0 else bytes(size), group))
-    if "error" in fields:
-        raise ValueError(fields["error"])
-    return dataclasses.replace(config, **fields)
+    ("auto" measured on a CPU)."""
+    check_precision(config)
+    return _resolve(config)
 
 
 def check_precision(config: EngineConfig) -> None:
@@ -138,12 +116,3 @@ def _resolve_dtype(config: EngineConfig, quantization: str) -> EngineConfig:
     matmul_dtype = choice.matmul_dtype if config.matmul_dtype == "auto" else config.matmul_dtype
     return dataclasses.replace(config, dtype=choice.dtype, quantization=choice.quantization,
                                max_quantized_rows=max_rows, matmul_dtype=matmul_dtype)
-
-
-def resolve_dtype(name: str) -> torch.dtype:
-    """The torch dtype of a dtype name ("auto" is resolved before, by `resolve_precision`)."""
-    dtypes = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-              "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
-    if name not in dtypes:
-        raise ValueError(f"unknown dtype {name!r}; use auto, float32, bfloat16 or float16")
-    return dtypes[name]

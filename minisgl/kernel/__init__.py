@@ -1,8 +1,8 @@
 """The GPU speed plug-in (chapter 10): Triton kernels for attention, the KV store, the layers'
 elementwise work, small-batch matmuls and mixture-of-experts GEMMs (`minisgl.kernel.triton`), and
 `accelerate(model)`, which the engine calls once the model is built on CUDA: it installs CUDA's
-kernel table and fuses the decode layer (cuda.py). The ctypes NCCL wrapper (`pynccl`, chapter 03)
-lives here too. Triton is imported only when a GPU path needs it, so a CPU-only install never loads it.
+kernel table and fuses the decode layer (cuda.py). Triton is imported only when a GPU path needs it,
+so a CPU-only install never loads it.
 """
 
 from __future__ import annotations

@@ -4,10 +4,11 @@ and stopped exactly as the server does (chapters 00 and 12)."""
 
 from __future__ import annotations
 
+from minisgl.config import SchedulerConfig
 from minisgl.engine.engine import Engine
-from minisgl.message import IpcAddresses, Message, PullQueue, PushQueue, TokenOutput
+from minisgl.message import IpcAddresses, Message, PullQueue, PushQueue, SchedulerStats, TokenOutput
 from minisgl.process import ChildGroup
-from minisgl.scheduler import LocalIO, Scheduler, SchedulerConfig
+from minisgl.scheduler import LocalIO, Scheduler
 from minisgl.scheduler.data_parallel import spawn_schedulers
 from minisgl.scheduler.process import shut_down_ranks
 
@@ -17,11 +18,13 @@ STOP_TIMEOUT_S = 5.0
 
 
 class InProcessBackend:
-    """One scheduler in this process, stepped by the caller; nothing to spawn at tp = 1."""
+    """One scheduler in this process, stepped by the caller; nothing to spawn at tp = 1. The one
+    place that drives a `Scheduler` in-process: tests and benchmarks reach it through `LLM.backend`."""
 
     def __init__(self, config: SchedulerConfig) -> None:
         self.io = LocalIO()
-        self.scheduler = Scheduler(config, Engine(config), self.io)
+        self.engine = Engine(config)
+        self.scheduler = Scheduler(self.engine.config, self.engine, self.io)
 
     def submit(self, messages: list[Message]) -> None:
         self.io.inbox.extend(messages)
@@ -32,8 +35,11 @@ class InProcessBackend:
         outputs, self.io.outbox = self.io.outbox, []
         return outputs
 
+    def stats(self) -> SchedulerStats:
+        return self.scheduler.stats()
+
     def close(self) -> None:
-        self.scheduler.engine.shutdown()
+        self.engine.shutdown()
 
 
 class MultiProcessBackend:
@@ -41,13 +47,14 @@ class MultiProcessBackend:
     rank 0 (or the controller) and pulls the outputs (there is no detokenizer offline: this process
     reads rank 0's `TokenOutput`s at the detokenizer's address)."""
 
-    def __init__(self, config: SchedulerConfig, dp_policy: str) -> None:
+    def __init__(self, config: SchedulerConfig) -> None:
         self.group = ChildGroup(config.trace_dir)
         self.addrs = IpcAddresses.in_dir(self.group.ipc_dir)
         self.outputs = PullQueue(self.addrs.detokenizer)
         self.requests = PushQueue(self.addrs.scheduler)
+        self.last_stats: SchedulerStats | None = None
         try:
-            self.ranks = spawn_schedulers(self.group, config, self.addrs, dp_policy)
+            self.ranks = spawn_schedulers(self.group, config, self.addrs)
             self.group.wait_ready(START_TIMEOUT_S)
         except BaseException:
             self.group.stop()  # (wait_ready stops a group that fails; a second stop does nothing)
@@ -60,11 +67,20 @@ class MultiProcessBackend:
 
     def collect(self) -> list[TokenOutput]:
         while True:
-            # rank 0 also sends its SchedulerStats this way (for a server's /metrics): not needed here
-            outputs = [o for o in self.outputs.get_all(POLL_MS) if isinstance(o, TokenOutput)]
+            outputs = []
+            for message in self.outputs.get_all(POLL_MS):
+                if isinstance(message, TokenOutput):
+                    outputs.append(message)
+                elif isinstance(message, SchedulerStats):  # rank 0 sends them this way too (for /metrics)
+                    self.last_stats = message
             if outputs:
                 return outputs
             self.group.check_alive()  # a dead rank is an error, never a hang
+
+    def stats(self) -> SchedulerStats:
+        if self.last_stats is None:
+            raise RuntimeError("rank 0 has sent no stats yet; collect outputs for a second first")
+        return self.last_stats
 
     def close(self) -> None:
         if all(p.is_alive() for p in self.ranks):
