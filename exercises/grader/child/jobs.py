@@ -175,8 +175,8 @@ def launch(ctx: Context, request: dict) -> dict:
         with ctx.recorder.learner_calls():
             processes = fn(target, request["world_size"], request["timeout_s"])
         if isinstance(processes, (list, tuple)):
-            summary = [{"pid": getattr(p, "pid", None) if type(getattr(p, "pid", None)) is int else None,
-                        "spawn": isinstance(p, SpawnProcess), "alive": _alive(p)} for p in processes]
+            summary = encode([{"pid": getattr(p, "pid", None) if type(getattr(p, "pid", None)) is int else None,
+                               "spawn": isinstance(p, SpawnProcess), "alive": _alive(p)} for p in processes])
         else:
             summary = encode(processes)
     finally:
@@ -249,17 +249,18 @@ def tree_from_data(data: dict) -> Any:
     """A RadixTree built from the grader's description, without calling any of its methods."""
     from minisgl.kvcache.radix_tree import RadixNode, RadixTree
 
-    tree = RadixTree(data["page_size"])
+    tree = RadixTree(decode(data["page_size"]))
     made: list[Any] = []
     for node_id, key, pages, parent, lock_ref, last_access, _ in data["nodes"]:
-        node = RadixNode(list(key), list(pages), made[parent] if parent >= 0 else None, node_id)
-        node.lock_ref, node.last_access = lock_ref, last_access
+        node = RadixNode(decode(key), decode(pages), made[parent] if 0 <= parent < len(made) else None, decode(node_id))
+        node.lock_ref, node.last_access = decode(lock_ref), decode(last_access)
         made.append(node)
     for node, (*_, children) in zip(made, data["nodes"]):
-        node.children = {tuple(first): made[child] for first, child in children}
+        node.children = {decode(first): made[child] for first, child in children}
     tree.root = made[0]
-    tree.clock, tree.num_pages, tree.num_evictable = data["clock"], data["num_pages"], data["num_evictable"]
-    tree._ids = itertools.count(data["next_id"])
+    tree.clock, tree.num_pages = decode(data["clock"]), decode(data["num_pages"])
+    tree.num_evictable = decode(data["num_evictable"])
+    tree._ids = itertools.count(1 + max((node.id for node in made if type(node.id) is int), default=0))
     return tree
 
 
