@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from exercises.grader import adapters, sandbox
+from exercises.grader import adapters, quiz, sandbox
 from exercises.grader.chapters import chapter_of
 from exercises.grader.off_limits import CAPSTONE
 from exercises.grader.outcomes import ImplementationError
@@ -60,6 +60,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:  # an `--impl SPEC@chNN` is graded on its chapters only
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+    for spec in impls:  # quiz answers read now, before any learner code runs anywhere
+        for chapter in quiz.quiz_chapters():
+            quiz.answers(Path(spec) / "quizzes" / f"ch{chapter}.py")
     config.pluginmanager.get_plugin("minisgl-grade-report").assign_points(items)
 
 
@@ -100,7 +103,12 @@ def grader_sandbox() -> Iterator[sandbox.Sandbox]:
     from minisgl.kernel.cpu import cpu_kernels
 
     cpu_kernels()
-    yield sandbox.current()
+    try:
+        box = sandbox.current()
+        box.start()
+    except sandbox.SandboxError as error:
+        pytest.exit(f"the grader's sandbox could not start: {error}", returncode=3)
+    yield box
     sandbox.shutdown()
 
 

@@ -428,10 +428,15 @@ class Sandbox:
         control.settimeout(None)
         self._control = control
 
-    def fork(self, spec: dict, worker_socket: socket.socket) -> int:
-        """A new worker forked from the zygote, talking on `worker_socket` (closed here)."""
+    def start(self) -> None:
+        """Start the zygote now (and again if it was killed): a sandbox that cannot start fails the
+        whole run at once, with the reason, rather than every test one by one."""
         if self._zygote is None or self._zygote.poll() is not None:
             self._start_zygote()
+
+    def fork(self, spec: dict, worker_socket: socket.socket) -> int:
+        """A new worker forked from the zygote, talking on `worker_socket` (closed here)."""
+        self.start()
         assert self._control is not None
         try:
             socket.send_fds(self._control, [json.dumps(spec).encode()], [worker_socket.fileno()])
