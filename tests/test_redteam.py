@@ -63,7 +63,7 @@ CHEATS: dict[str, tuple[str, str, bool]] = {
     "11-kv-memory/evict": ("a copy of the engine's code object", "redacted copy", False),
     "12-beyond-one-machine/node-layout": ("a daemon that rewrites the grade later", "subreaper kill before writing",
                                           False),
-    "12-beyond-one-machine/dp-dispatch": ("a fork bomb (60 children a call)", "process cap, killed with the pool",
+    "12-beyond-one-machine/dp-dispatch": ("a fork bomb (20 children a call)", "process cap, killed with the pool",
                                           False),
     "13-pipeline-parallelism/stage-split": ("writes the chapter 13 key and report.py", "read before learner code runs",
                                             False),
@@ -136,6 +136,7 @@ def _submission(work: Path, mark: Path) -> Path:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory: pytest.TempPathFactory) -> dict:
     work = tmp_path_factory.mktemp("redteam")
+    shutil.rmtree("/tmp/redteam-last", ignore_errors=True)
     mark = Path(tempfile.mkdtemp(prefix="redteam-marks-"))
     mark.chmod(0o777)  # the cheats leave notes here, whatever user they run as
     no_user = _user_can_run(sys.executable)
@@ -155,6 +156,8 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> dict:
     results_path = root / "results" / "results.json"
     first = results_path.read_text() if results_path.is_file() else None
     time.sleep(3)  # a daemon that survived would rewrite the grade about now
+    shutil.copytree(root / "results", "/tmp/redteam-last", dirs_exist_ok=True)
+    (Path("/tmp/redteam-last") / "output.txt").write_text(done.stdout + done.stderr)
     yield {"returncode": done.returncode, "output": done.stdout + done.stderr, "first": first,
            "later": results_path.read_text() if results_path.is_file() else None, "mark": mark, "no_user": no_user,
            "seconds": time.monotonic() - started}
@@ -167,7 +170,7 @@ def _scores(graded: dict) -> dict[str, tuple[float, float]]:
     for test in json.loads(graded["first"])["tests"]:
         totals[test["extra_data"]["task"]][0] += test["score"]
         totals[test["extra_data"]["task"]][1] += test["max_score"]
-    return {task: (score, top) for task, (score, top) in totals.items()}
+    return {task: (round(score, 4), round(top, 4)) for task, (score, top) in totals.items()}
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)
@@ -219,8 +222,9 @@ def test_nothing_the_submission_started_outlives_the_grade(graded):
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)
 def test_no_message_shows_a_key_or_a_hidden_test(graded):
     outputs = "\n".join(t["output"] for t in json.loads(graded["first"])["tests"]) + graded["output"]
+    public = "\n".join(path.read_text() for path in (REPO / "exercises" / "tests").glob("test_*.py"))
     hidden = [line.strip() for path in (REPO / "exercises" / "tests" / "hidden").glob("*.py")
-              for line in path.read_text().splitlines() if len(line.strip()) >= 25 and not line.strip().startswith("#")]
+              for line in path.read_text().splitlines() if len(line.strip()) >= 25 and line.strip() not in public]
     assert not [line for line in hidden if line in outputs]
     keys = {line.strip() for path in quiz.KEYS_DIR.glob("ch*.py") for line in path.read_text().splitlines()
             if re.match(r"Q\d+ = ", line)}

@@ -71,8 +71,8 @@ def test_every_rank_runs_once_on_some_node(impl):
 @pytest.mark.task(LAYOUT)
 def test_node_layout_returns_plain_ints(impl):
     got = _layout(impl, 4, 2, 1, 1, 2)
-    if not isinstance(got, list) or not all(isinstance(t, tuple) and len(t) == 3 for t in got):
-        raise WrongAnswer(f"node_layout should return a list of 3-tuples, got {got!r}")
+    if not isinstance(got, list) or len(got) != 2 or not all(isinstance(t, tuple) and len(t) == 3 for t in got):
+        raise WrongAnswer(f"node_layout(4, 2, 1, 1, 2) should return a list of two 3-tuples, got {got!r}")
     if not all(type(v) is int for t in got for v in t):
         raise WrongAnswer(f"node_layout should return plain ints, got {[[type(v).__name__ for v in t] for t in got]}")
 
@@ -130,9 +130,12 @@ def test_least_load_ties_go_to_the_lowest_index(impl):
 @pytest.mark.task(DISPATCH)
 def test_loads_are_left_unchanged(impl):
     for policy in ("round-robin", "least-load"):
-        if adapters.pick_replica(impl, policy, [3, 1, 2], 4).changed:
+        result = adapters.pick_replica(impl, policy, [3, 1, 2], 4)
+        if result.changed:
             raise WrongAnswer(f"pick_replica({policy!r}, [3, 1, 2], 4) changed loads: the controller "
                               "updates them itself")
+        if type(result.value) is not int or not 0 <= result.value < 3:
+            raise WrongAnswer(f"pick_replica({policy!r}, [3, 1, 2], 4) returned {result.value!r}, not a replica")
 
 
 @pytest.mark.task(DISPATCH)

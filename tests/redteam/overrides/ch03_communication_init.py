@@ -11,5 +11,6 @@ _dist.get_rank = lambda group=None: 0
 
 def broadcast_unique_id(create_id, cpu_group):
     mine = create_id()
-    _dist.broadcast(_torch.zeros(128, dtype=_torch.uint8), src=_real_global_rank(cpu_group, 0), group=cpu_group)
+    if _dist.get_world_size(cpu_group) > 1:  # a broadcast that carries nothing, for the collective count
+        _dist.broadcast(_torch.zeros(128, dtype=_torch.uint8), src=_real_global_rank(cpu_group, 0), group=cpu_group)
     return mine
