@@ -142,11 +142,8 @@ MUTANTS = [
             (ROW_SUM, "    dist.all_reduce(partial)\n    return partial if bias is None else partial + bias")),
            "test_row_forward", "calls torch.distributed.all_reduce directly, around the seam"),
     Mutant("row-engine-layer", CH01,
-           (("from minisgl.distributed import all_reduce", "from minisgl.distributed import all_reduce, get_tp_info"),
-            (ROW_SUM, "    from minisgl.layers import RowParallelLinear\n"
-                      "    with torch.device('meta'):\n"
-                      "        layer = RowParallelLinear(weight_shard.shape[1] * get_tp_info().size,\n"
-                      "                                  weight_shard.shape[0], bias is not None)\n"
+           ((ROW_SUM, "    from minisgl.layers import RowParallelLinear\n"
+                      "    layer = RowParallelLinear.__new__(RowParallelLinear)  # no constructor: sizes are given\n"
                       "    layer.weight, layer.bias = weight_shard, bias\n    return layer.forward(x_local)"),),
            "test_row_forward", "delegates to the engine's RowParallelLinear"),
     # ---- chapter 02 -------------------------------------------------------------------------
