@@ -108,8 +108,10 @@ def assert_value_error(what: str, call: Callable[[], Any], mentions: str = "") -
     raise WrongAnswer(f"{what}: returned normally, expected ValueError")
 
 
-def assert_ranks_raise_value_error(what: str, results: Sequence[RankResult], mentions: str = "") -> None:
-    """Every rank's call raised ValueError mentioning `mentions` (`run_ranks(..., allow_errors=True)`)."""
+def assert_ranks_raise_value_error(what: str, results: Sequence[RankResult], mentions: str = "",
+                                   before_any_collective: bool = True) -> None:
+    """Every rank's call raised ValueError mentioning `mentions`, and (by default) before it made any
+    collective (`run_ranks(..., allow_errors=True)`)."""
     for rank, result in enumerate(results):
         error = result.error
         if error is not None and error["not_implemented"]:
@@ -120,6 +122,10 @@ def assert_ranks_raise_value_error(what: str, results: Sequence[RankResult], men
             raise WrongAnswer(f"{what}: rank {rank} raised {error['type']} ({error['message']}), expected ValueError")
         if mentions not in error["message"]:
             raise WrongAnswer(f"{what}: the ValueError should mention '{mentions}': {error['message']}")
+        if before_any_collective and result.collectives:
+            raise WrongAnswer(f"{what}: rank {rank} made {_summary(Counter((c.api, c.group) for c in result.collectives))}"
+                              " before it raised; check the shapes before any collective (a rank that raises after "
+                              "joining one leaves the others waiting in the next)")
 
 
 def values(results: Sequence[RankResult]) -> list[Any]:

@@ -14,6 +14,7 @@ from exercises.grader.checks import (
     SEAM_ALL_REDUCE,
     assert_collectives,
     assert_ranks_close,
+    assert_ranks_raise_value_error,
     assert_unchanged,
     assert_value_error,
     changed,
@@ -96,10 +97,16 @@ def test_column_forward_rejects_mismatched_shapes(impl):
 
 
 @pytest.mark.task("01-tp-first-principles/row-forward")
-def test_row_forward_rejects_mismatched_shapes(impl):
+@pytest.mark.timeout(180)
+def test_row_forward_rejects_mismatched_shapes(run_ranks, world_size):
+    # every rank gets the same wrong shapes and must raise before any collective: a rank that raised
+    # after the all-reduce would have made one (and, with a rank raising first, left the others hanging)
     x, weight, b = _linear_case(seed=2, bias=True, dtype=torch.float32)
-    # at tp = 1 in one process: the check must come before any collective
-    assert_value_error("row_parallel_forward given x_local with 35 features for a weight shard of 36",
-                       lambda: adapters.value(impl, adapters.row_parallel_forward(x[:, :35], weight, b)))
-    assert_value_error("row_parallel_forward given a bias of 19 for a weight of 20 rows",
-                       lambda: adapters.value(impl, adapters.row_parallel_forward(x, weight, b[:19])))
+    parts = [(_shard(x, world_size, r, -1), _shard(weight, world_size, r, 1)) for r in range(world_size)]
+    short_x = run_ranks([adapters.row_parallel_forward(x_r[:, :-1], w_r, b, tp=(r, world_size))
+                         for r, (x_r, w_r) in enumerate(parts)], allow_errors=True)
+    assert_ranks_raise_value_error("row_parallel_forward given x_local with one feature too few for its shard",
+                                   short_x)
+    short_bias = run_ranks([adapters.row_parallel_forward(x_r, w_r, b[:19], tp=(r, world_size))
+                            for r, (x_r, w_r) in enumerate(parts)], allow_errors=True)
+    assert_ranks_raise_value_error("row_parallel_forward given a bias of 19 for a weight of 20 rows", short_bias)

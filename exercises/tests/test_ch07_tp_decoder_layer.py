@@ -56,7 +56,7 @@ def test_tp_mlp(run_ranks, world_size, dtype, tokens, tp):
 def test_tp_mlp_rejects_an_intermediate_size_tp_does_not_divide(run_ranks, world_size):
     x, down = torch.randn(2, HIDDEN), torch.randn(HIDDEN, 10)
     gate, up = torch.randn(10, HIDDEN), torch.randn(10, HIDDEN)
-    # every rank sees itself as rank 0 of 4: the check must come before any collective
+    # every rank sees itself as rank 0 of 4 and must raise before any collective
     results = run_ranks([adapters.tp_mlp_forward(x, gate, up, down, tp=(0, 4)) for _ in range(world_size)],
                         allow_errors=True)
     assert_ranks_raise_value_error("tp_mlp_forward with intermediate_size 10 at tp=4", results,

@@ -31,7 +31,7 @@ def behave(rank: int, world_size: int, acks: Any, marker_dir: str, ack_at: dict[
     if rank in dying:
         os._exit(3)
     if rank in failing:
-        acks.put(("error", rank, f"rank {rank} could not load its weights (simulated)"))
+        acks.put(("error", rank, "could not load its weights (simulated)"))  # the launcher must add who
     elif rank not in silent:
         Path(marker_dir, f"ready{rank}").touch()
         acks.put(("ready", rank, f"rank {rank} of {world_size} ready"))
