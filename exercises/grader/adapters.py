@@ -267,8 +267,11 @@ def stages_holding(impl: str, name: str, num_layers: int, pp_size: int, tie_word
 
 
 # ---- chapter 14 --------------------------------------------------------------------------------
-def dispatch_plan(impl: str, topk_ids: Any, expert_rank: Any, num_ranks: int) -> RankResult:
-    return run_one(impl, PLAN, call(PLAN, CH14, "dispatch_plan", topk_ids, expert_rank, num_ranks, watch=True).body)
+def dispatch_plan(impl: str, topk_ids: Any, expert_rank: Any, num_ranks: int, on_device: bool = False) -> RankResult:
+    """`on_device`: the tensors on the worker's device (a GPU where there is one); extra["devices"]
+    says where the results are."""
+    return run_one(impl, PLAN, call(PLAN, CH14, "dispatch_plan", topk_ids, expert_rank, num_ranks, watch=True,
+                                    on_device=on_device).body)
 
 
 # ---- chapter 15 --------------------------------------------------------------------------------

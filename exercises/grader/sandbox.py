@@ -131,7 +131,7 @@ def check_reply(message: Any) -> Reply:
             fields["error"]["where"] = list(error["where"][:5])
         else:
             fields["value"] = wire.decode(message.get("value"))
-            for name, kind in (("changed", list), ("aliased", bool), ("device", str), ("kept_alive", str),
+            for name, kind in (("changed", list), ("aliased", bool), ("devices", list), ("kept_alive", str),
                                ("caller", int), ("calls", int), ("modified", bool), ("unfinished", str),
                                ("trees", list), ("trees_after_append", list)):
                 if name in message and message[name] is not None:
@@ -140,6 +140,8 @@ def check_reply(message: Any) -> Reply:
                     fields[name] = message[name]
             if not all(type(i) is int for i in fields.get("changed", [])):
                 raise MalformedReply("field changed is not a list of ints")
+            if not all(_strings(d, 20) for d in fields.get("devices", [])):
+                raise MalformedReply("field devices is not a list of device names")
     except wire.WireError as error:
         raise MalformedReply(str(error)) from None
     return Reply(message["kind"], fields, [tuple(c) for c in collectives])  # type: ignore[misc]

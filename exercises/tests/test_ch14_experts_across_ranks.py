@@ -12,6 +12,7 @@ import torch
 from exercises.grader import adapters
 from exercises.grader.checks import assert_value_error, changed
 from exercises.grader.outcomes import WrongAnswer
+from exercises.grader.ranks import choose_backend
 
 PLAN = "14-experts-across-ranks/dispatch-plan"
 
@@ -97,13 +98,16 @@ def test_a_dispatch_and_combine_through_the_plan_is_a_round_trip(impl):
 @pytest.mark.task(PLAN)
 def test_dispatch_plan_returns_int64_and_leaves_inputs_unchanged(impl):
     topk_ids, expert_rank = torch.tensor([[2, 0], [1, 2], [0, 1]]), torch.tensor([0, 1, 1])
-    call = adapters.dispatch_plan(impl, topk_ids, expert_rank, 3)
+    call = adapters.dispatch_plan(impl, topk_ids, expert_rank, 3, on_device=True)  # a GPU's, where there is one
     if call.changed:
         raise WrongAnswer(f"dispatch_plan modified {', '.join(changed(call, ('topk_ids', 'expert_rank')))}; the "
                           "caller still needs them")
     result = call.value if isinstance(call.value, tuple) else ()
     if len(result) != 3:
         raise WrongAnswer(f"dispatch_plan should return (send_order, inverse, rank_counts), got {call.value!r:.200}")
+    device = choose_backend(1)[0]
+    if call.extra.get("devices") != [device] * 3:
+        raise WrongAnswer(f"the plan's tensors are on {call.extra.get('devices')}; expected topk_ids' device, {device}")
     for name, tensor, size in zip(("send_order", "inverse", "rank_counts"), result, (6, 6, 3)):
         if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.int64 or tuple(tensor.shape) != (size,):
             got = f"{tensor.dtype} {tuple(tensor.shape)}" if isinstance(tensor, torch.Tensor) else type(tensor).__name__

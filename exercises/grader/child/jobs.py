@@ -84,6 +84,14 @@ def _shares_memory(result: Any, inputs: list[Any]) -> bool:
     return any(isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == pointer for t in inputs)
 
 
+def _devices(value: Any) -> list[str]:
+    """The device type of each tensor in the result (itself, or the items of a tuple or list)."""
+    import torch
+
+    items = value if isinstance(value, (tuple, list)) else [value]
+    return [t.device.type for t in items if isinstance(t, torch.Tensor)]
+
+
 def _snapshot(args: list[Any]) -> list[Any]:
     """Each argument as data (trees aside: they are reported whole after the call)."""
     return [None if type(a).__name__ == "RadixTree" else encode(a) for a in args]
@@ -103,8 +111,7 @@ def call(ctx: Context, request: dict) -> dict:
         reply["changed"] = [i for i, (old, new) in enumerate(zip(before, _snapshot(args))) if old != new]
     if request.get("alias"):
         reply["aliased"] = _shares_memory(value, args)
-    if hasattr(value, "device"):
-        reply["device"] = str(getattr(value.device, "type", "?"))
+    reply["devices"] = _devices(value)
     if ctx.trees:
         reply["trees"] = [tree_data(tree) for tree in ctx.trees]
         if request.get("append_to_result") and isinstance(value, list):
