@@ -296,6 +296,22 @@ def test_a_task_s_shares_add_up_exactly():
         assert exact_sum(shares.values()) == total and all(round(v, 4) == v for v in shares.values())
 
 
+def test_the_clause_table_names_every_mutant_and_its_test():
+    """exercises/README.md's clause table: every mutant in exactly one row, beside the test it names."""
+    readme = (REPO / "exercises" / "README.md").read_text()
+    table = readme.split("## Every clause, forced", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    by_name = {m.name: m for m in MUTANTS}
+    seen: list[str] = []
+    for row in rows:
+        names = [n for n in re.findall(r"`([\w-]+)`", row.split("|")[4]) if n in by_name]
+        assert names, f"a clause without a mutant: {row}"
+        for name in names:
+            assert f"`{by_name[name].caught_by}`" in row, f"{name} is caught by {by_name[name].caught_by}: {row}"
+        seen += names
+    assert sorted(seen) == sorted(by_name), sorted(set(by_name) ^ set(seen))
+
+
 def test_readme_lists_the_grader_points():
     """exercises/README.md's tables say what the grader awards."""
     from exercises.grader import quiz

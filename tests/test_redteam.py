@@ -31,11 +31,11 @@ import pytest
 from exercises.grader import quiz
 from exercises.grader.chapters import CHAPTERS, task_points
 from file_modules import load_file_module
+from sandbox_user import USER, sandbox_user_problem
 
 REPO = Path(__file__).resolve().parents[1]
 REDTEAM = REPO / "tests" / "redteam"
 RUN_TIMEOUT_S = 600
-USER = "nobody"
 
 release_tool = load_file_module(REPO / "tools" / "release.py", "course_release_redteam")
 
@@ -73,21 +73,6 @@ CHEATS: dict[str, tuple[str, str, bool]] = {
     "15-capstone/serve": ("unplugs the learner's steps to reach the engine's LM head", "plug-in branch only", False),
 }
 HONEST = ("01-tp-first-principles/column-forward", "08-process-structures/quiz")
-
-
-def _user_can_run(python: str) -> str | None:
-    """Why `USER` cannot run the grader's interpreter with torch here (None: it can)."""
-    if os.geteuid() != 0:
-        return "not root: learner code runs as this user (the process boundary alone)"
-    try:
-        done = subprocess.run([python, "-c", "import torch"], user=USER, capture_output=True, text=True, timeout=120,
-                              cwd="/")
-    except (OSError, subprocess.SubprocessError) as error:
-        return f"{USER} cannot start {python}: {error}"
-    if done.returncode != 0:
-        return f"{USER} cannot run {python} with torch (installed where only root can read?): " \
-               f"{(done.stderr.strip().splitlines() or ['?'])[-1]}"
-    return None
 
 
 def _wrong_answers(chapter: str) -> tuple[str, str]:
@@ -136,10 +121,9 @@ def _submission(work: Path, mark: Path) -> Path:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory: pytest.TempPathFactory) -> dict:
     work = tmp_path_factory.mktemp("redteam")
-    shutil.rmtree("/tmp/redteam-last", ignore_errors=True)
     mark = Path(tempfile.mkdtemp(prefix="redteam-marks-"))
     mark.chmod(0o777)  # the cheats leave notes here, whatever user they run as
-    no_user = _user_can_run(sys.executable)
+    no_user = sandbox_user_problem(sys.executable)
     root = work / "autograder"
     with zipfile.ZipFile(release_tool.build_autograder(work / "autograder.zip")) as archive:
         archive.extractall(root / "source")
@@ -156,8 +140,6 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> dict:
     results_path = root / "results" / "results.json"
     first = results_path.read_text() if results_path.is_file() else None
     time.sleep(3)  # a daemon that survived would rewrite the grade about now
-    shutil.copytree(root / "results", "/tmp/redteam-last", dirs_exist_ok=True)
-    (Path("/tmp/redteam-last") / "output.txt").write_text(done.stdout + done.stderr)
     yield {"returncode": done.returncode, "output": done.stdout + done.stderr, "first": first,
            "later": results_path.read_text() if results_path.is_file() else None, "mark": mark, "no_user": no_user,
            "seconds": time.monotonic() - started}
