@@ -114,8 +114,8 @@ MUTANTS = [
     Mutant("rank-sum-bypasses-seam", CH00,
            ((RANK_SUM, f"    import {DIST}\n    {DIST}.all_reduce(mine)\n    return int(mine.item())"),),
            "test_rank_sum", "calls torch.distributed.all_reduce directly: the seam never sees it"),
-    Mutant("rank-sum-skips-tp1", CH00, ((RANK_SUM, "    if get_tp_info().size == 1:\n        return 0  # alone: nothing to add\n"
-                                                 + RANK_SUM),),
+    Mutant("rank-sum-skips-tp1", CH00,
+           ((RANK_SUM, "    if get_tp_info().size == 1:\n        return 0  # alone: nothing to add\n" + RANK_SUM),),
            "test_rank_sum", "skips the all-reduce at tp = 1, where the contract still wants the one call"),
     Mutant("rank-sum-on-cpu", CH00, ((", device=device)  # [1]", ")  # [1]"),),
            "test_rank_sum", "sums a CPU tensor whatever device the rank was given", needs_gpu=True),
@@ -153,7 +153,7 @@ MUTANTS = [
                       "    layer.weight, layer.bias = weight_shard, bias\n    return layer.forward(x_local)"),),
            "test_row_forward", "delegates to the engine's RowParallelLinear"),
     Mutant("column-transposes-in-place", CH01,
-           ((COLUMN_RETURN, "    return F.linear(x, weight_shard.t_().t(), bias_shard)  # t_() turns the caller's tensor"),),
+           ((COLUMN_RETURN, "    return F.linear(x, weight_shard.t_().t(), bias_shard)  # turns the caller's tensor"),),
            "test_column_forward", "transposes the caller's weight shard in place (and back, as a view)"),
     Mutant("column-no-bias-check", CH01,
            (("    if bias is not None and bias.shape != (weight.shape[0],):", "    if False:"),),
@@ -164,7 +164,8 @@ MUTANTS = [
     Mutant("row-check-after-all-reduce", CH01,
            (('    _check_shapes(x_local, weight_shard, bias, "row_parallel_forward")\n', ""),
             ("    output = all_reduce(partial)\n",
-             '    output = all_reduce(partial)\n    _check_shapes(x_local, weight_shard, bias, "row_parallel_forward")\n')),
+             '    output = all_reduce(partial)\n'
+             '    _check_shapes(x_local, weight_shard, bias, "row_parallel_forward")\n')),
            "test_row_forward_rejects_mismatched_shapes", "checks the bias after the all-reduce it joined"),
     # ---- chapter 02 -------------------------------------------------------------------------
     Mutant("acks-not-awaited", CH02, (("        _wait_for_acks(processes, acks, deadline, timeout_s)\n", ""),),
@@ -203,15 +204,17 @@ MUTANTS = [
     Mutant("timeout-names-acked", CH02,
            (('                missing = sorted(set(range(len(processes))) - ready)\n'
              '                raise RuntimeError(f"ranks {missing} did not ack within {timeout_s:g} s") from None',
-             '                raise RuntimeError(f"timed out after {timeout_s:g} s; ready: {sorted(ready)}") from None'),),
-           "test_timeout_counts_from_the_start", "the timeout error lists the ranks that acked, not those that did not"),
+             '                raise RuntimeError(f"timed out after {timeout_s:g} s; ready: {sorted(ready)}") '
+             'from None'),),
+           "test_timeout_counts_from_the_start", "the timeout error lists the ranks that acked, not the others"),
     Mutant("launch-checks-late", CH02,
            (("    if world_size < 1 or timeout_s <= 0:\n"
              '        raise ValueError(f"start_ranks needs world_size >= 1 and timeout_s > 0, got {world_size} and '
              '{timeout_s}")\n', ""),
             ("        _wait_for_acks(processes, acks, deadline, timeout_s)\n",
-             "        if world_size < 1 or timeout_s <= 0:\n            raise ValueError(f\"bad arguments {world_size}, "
-             "{timeout_s}\")\n        _wait_for_acks(processes, acks, deadline, timeout_s)\n")),
+             "        if world_size < 1 or timeout_s <= 0:\n"
+             "            raise ValueError(f\"bad arguments {world_size}, {timeout_s}\")\n"
+             "        _wait_for_acks(processes, acks, deadline, timeout_s)\n")),
            "test_rejects_bad_arguments", "checks its arguments only after it started the ranks"),
     # ---- chapter 03 -------------------------------------------------------------------------
     Mutant("unique-id-wrong-root", CH03,
@@ -234,7 +237,8 @@ MUTANTS = [
                                                    "        return create_id()  # nobody to tell\n"
                                                    "    if dist.get_rank(cpu_group) == 0:"),),
            "test_unique_id_broadcast", "skips the broadcast in a group of one, where the contract wants it"),
-    Mutant("unique-id-bytearray", CH03, (("    return bytes(id_bytes.tolist())", "    return bytearray(id_bytes.tolist())"),),
+    Mutant("unique-id-bytearray", CH03,
+           (("    return bytes(id_bytes.tolist())", "    return bytearray(id_bytes.tolist())"),),
            "test_unique_id_broadcast", "returns a bytearray, not bytes"),
     # ---- chapter 04 -------------------------------------------------------------------------
     Mutant("kv-heads-round-robin", CH04, ((KV_RETURN, "        return rank % num_kv_heads, 1"),),
@@ -303,12 +307,15 @@ MUTANTS = [
            "test_shard_qkv_rejects_what_does_not_split", "a q with the wrong number of rows is sharded anyway"),
     Mutant("tp1-returns-input", CH04,
            (('    module = name.split(".")[-2] if "." in name else ""\n    if module in ("k_proj", "v_proj"):',
-             '    module = name.split(".")[-2] if "." in name else ""\n    if tp_size == 1:\n        return tensor  # whole\n'
+             '    module = name.split(".")[-2] if "." in name else ""\n'
+             '    if tp_size == 1:\n        return tensor  # whole\n'
              '    if module in ("k_proj", "v_proj"):'),),
            "test_shard_rules", "at tp = 1 returns the checkpoint's own tensor, not a copy"),
     Mutant("row-bias-split", CH04,
-           (('    if module in ROW_PARALLEL and name.endswith(".weight"):', '    if module in ROW_PARALLEL and name.endswith(".bias"):\n'
-             '        size = _split(tensor.shape[0], tp_size, name)\n        return tensor[rank * size:(rank + 1) * size].clone()\n'
+           (('    if module in ROW_PARALLEL and name.endswith(".weight"):',
+             '    if module in ROW_PARALLEL and name.endswith(".bias"):\n'
+             '        size = _split(tensor.shape[0], tp_size, name)\n'
+             '        return tensor[rank * size:(rank + 1) * size].clone()\n'
              '    if module in ROW_PARALLEL and name.endswith(".weight"):'),),
            "test_shard_rules", "splits o_proj's bias over the ranks, which the all-reduce then sums"),
     Mutant("kv-split-unchecked", CH04,
@@ -323,7 +330,8 @@ MUTANTS = [
            "test_shard_and_merge", "yields rotary_emb.inv_freq, which the engine computes itself"),
     Mutant("merge-fused-at-end", CH04,
            (("            del waiting[fused]\n"
-             "            yield fused, torch.cat([group[i] for i in range(parts)], dim=0)  # slot order, not arrival order\n",
+             "            yield fused, torch.cat([group[i] for i in range(parts)], dim=0)"
+             "  # slot order, not arrival order\n",
              "            done.append((fused, torch.cat([group[i] for i in range(parts)], dim=0)))\n"
              "            del waiting[fused]\n"),
             ("    waiting: dict[str, dict[int, torch.Tensor]] = {}  # fused name -> slot -> shard\n",
@@ -398,7 +406,7 @@ MUTANTS = [
              "            io.publisher.put_raw(sent[-1])\n        return sent"),),
            "test_receive_step", "empties the caller's list while publishing it"),
     Mutant("count-broadcast-twice", CH06,
-           ((COUNT_BROADCAST, COUNT_BROADCAST + "\n    broadcast_count(count, io.cpu_group)  # everyone agrees, again"),),
+           ((COUNT_BROADCAST, COUNT_BROADCAST + "\n    broadcast_count(count, io.cpu_group)  # agreed, again"),),
            "test_receive_step", "broadcasts the count a second time each step"),
     # ---- chapter 07 -------------------------------------------------------------------------
     Mutant("mlp-merge-before-shard", CH07,
@@ -433,11 +441,13 @@ MUTANTS = [
              "    down_shard = down.t_()[rows].t()  # the caller's down turned in place"),),
            "test_tp_mlp", "transposes the caller's down weight in place"),
     Mutant("local-shapes-no-kv-check", CH07,
-           (("            if heads % tp == 0 and intermediate % tp == 0 and (kv_heads % tp == 0 or tp % kv_heads == 0)]",
+           (("            if heads % tp == 0 and intermediate % tp == 0 and "
+             "(kv_heads % tp == 0 or tp % kv_heads == 0)]",
              "            if heads % tp == 0 and intermediate % tp == 0]"),),
            "test_local_shapes_rejects_bad_tp", "the valid tp sizes forget that the KV heads must fit too"),
     Mutant("kv-heads-required", CH07,
-           (('    kv_heads = hf_config.get("num_key_value_heads") or heads', '    kv_heads = hf_config["num_key_value_heads"]'),),
+           (('    kv_heads = hf_config.get("num_key_value_heads") or heads',
+             '    kv_heads = hf_config["num_key_value_heads"]'),),
            "test_local_shapes", "a config without num_key_value_heads raises KeyError (it means as many as heads)"),
     # ---- chapter 09 -------------------------------------------------------------------------
     Mutant("ring-factor-one-pass", CH09,
@@ -450,7 +460,8 @@ MUTANTS = [
                                       "    return 2 * (tp_size - 1) / tp_size"),),
            "test_ring_factor", "tp_size 0 divides by zero instead of raising ValueError"),
     Mutant("bytes-ignore-dtype", CH09,
-           (('    return hf_config["hidden_size"] * dtype_bytes  # one hidden vector', '    return hf_config["hidden_size"] * 2'),),
+           (('    return hf_config["hidden_size"] * dtype_bytes  # one hidden vector',
+             '    return hf_config["hidden_size"] * 2'),),
            "test_all_reduce_bytes_per_token", "counts 2 bytes per element whatever the dtype"),
     Mutant("sent-bytes-one-way", CH09,
            (("    return payload * ring_factor(tp_size)", "    return payload * ring_factor(tp_size) / 2"),),

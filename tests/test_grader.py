@@ -227,7 +227,8 @@ def test_a_redacted_function_raises_however_it_is_reached(tmp_path):
     """An alias taken before, a reload, a second copy from the file: all find the same cut code."""
     from exercises.grader.redact import RedactionError, redact_source
 
-    source = ('"""doc"""\nfrom __future__ import annotations\n\nimport os\n\n\nclass Layer:\n    def forward(self, x):\n'
+    source = ('"""doc"""\nfrom __future__ import annotations\n\nimport os\n\n\n'
+              'class Layer:\n    def forward(self, x):\n'
               '        """keep me"""\n        ops = None\n        if ops is not None:\n            return ops(x)\n'
               '        return x * 2\n\n\ndef helper(x):\n    return x + 1\n')
     cut = redact_source(source, {"helper": "no", "Layer.forward": "no either"}, {"Layer.forward"})

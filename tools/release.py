@@ -48,8 +48,9 @@ RELEASE_EDITS = (
      "run the tests, the notebooks, the site build"),
     ("Makefile", "; then the grader on the reference solutions (one\n# process: it writes one results file); then the "
      "site built strictly.", "; then the\n# site built strictly."),
-    ("README.md", " `solutions/` — the answers and\n  quiz keys (instructor material: `make student-release` and `make "
-     "autograder` build what a class\n  runs on without them, see [Running a class](docs/instructors.md)).", ""),
+    ("README.md", " `solutions/` — the answers and\n  quiz keys (instructor material: `make student-release` "
+     "and `make autograder` build what a class\n  runs on without them, see [Running a class]"
+     "(docs/instructors.md)).", ""),
     ("README.md", "engine tests, the grader on solutions/, every notebook", "engine tests, every notebook"),
     ("README.md", ";\nthe reference answers: `pytest exercises/ --impl solutions`.", "."),
 )

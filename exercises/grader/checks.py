@@ -123,9 +123,9 @@ def assert_ranks_raise_value_error(what: str, results: Sequence[RankResult], men
         if mentions not in error["message"]:
             raise WrongAnswer(f"{what}: the ValueError should mention '{mentions}': {error['message']}")
         if before_any_collective and result.collectives:
-            raise WrongAnswer(f"{what}: rank {rank} made {_summary(Counter((c.api, c.group) for c in result.collectives))}"
-                              " before it raised; check the shapes before any collective (a rank that raises after "
-                              "joining one leaves the others waiting in the next)")
+            made = _summary(Counter((c.api, c.group) for c in result.collectives))
+            raise WrongAnswer(f"{what}: rank {rank} made {made} before it raised; check the shapes before any "
+                              "collective (a rank that raises after joining one leaves the others waiting in the next)")
 
 
 def values(results: Sequence[RankResult]) -> list[Any]:

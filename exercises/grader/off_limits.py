@@ -62,7 +62,8 @@ OFF_LIMITS: dict[str, tuple[str, ...]] = {
     "11-kv-memory/evict": (f"{RADIX}:RadixTree.evict",),
     "12-beyond-one-machine/node-layout": (
         "minisgl.scheduler.process:spawn_ranks", "minisgl.scheduler.process:node_ranks",
-        "minisgl.engine.config:EngineConfig.local_rank.fget", "minisgl.engine.config:EngineConfig.local_world_size.fget",
+        "minisgl.engine.config:EngineConfig.local_rank.fget",
+        "minisgl.engine.config:EngineConfig.local_world_size.fget",
     ),
     "12-beyond-one-machine/dp-dispatch": (
         "minisgl.scheduler.data_parallel:pick_replica", "minisgl.scheduler.data_parallel:Dispatcher.assign",

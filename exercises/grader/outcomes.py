@@ -32,6 +32,7 @@ class LearnerRaised(Exception):
     built-in type, so `except ValueError` in a test still means what it says)."""
 
     where: list[str] = []
+    notes: dict[str, int] = {}  # counts the job reported (chapter 02: ranks started before the raise)
 
     def details(self) -> str:
         """The message with the frames of the learner's code it came from."""
@@ -50,6 +51,7 @@ _BASES = {name: getattr(builtins, name) for name in (
 def learner_error(info: dict[str, Any]) -> Exception:
     """The exception a worker reported, as one this process can raise and a test can catch."""
     message = info["message"]
+    notes = dict(info.get("notes", {}))
     if info["not_implemented"]:
         return NotImplementedError(message)
     if info["off_limits"]:
@@ -58,5 +60,5 @@ def learner_error(info: dict[str, Any]) -> Exception:
         return ImplementationError(message)
     base = _BASES.get(info["base"], Exception)
     error = type(info["type"], (base, LearnerRaised), {})(message)
-    error.where = list(info["where"])
+    error.where, error.notes = list(info["where"]), notes
     return error

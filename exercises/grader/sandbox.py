@@ -129,10 +129,14 @@ def check_reply(message: Any) -> Reply:
                 raise MalformedReply("an error account of the wrong shape")
             fields["error"] = {k: error[k] for k in ("type", "base", "message", "not_implemented", "off_limits")}
             fields["error"]["where"] = list(error["where"][:5])
+            notes = message.get("notes", {})
+            if type(notes) is not dict or not all(_strings(k, 40) and type(v) is int for k, v in notes.items()):
+                raise MalformedReply("notes that are not names and counts")
+            fields["error"]["notes"] = dict(notes)
         else:
             fields["value"] = wire.decode(message.get("value"))
             for name, kind in (("changed", list), ("aliased", bool), ("devices", list), ("kept_alive", str),
-                               ("caller", int), ("calls", int), ("modified", bool), ("unfinished", str),
+                               ("caller", int), ("calls", int), ("started", int), ("modified", bool), ("unfinished", str),
                                ("trees", list), ("trees_after_append", list)):
                 if name in message and message[name] is not None:
                     if type(message[name]) is not kind:

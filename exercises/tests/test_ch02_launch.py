@@ -17,7 +17,6 @@ import psutil
 import pytest
 
 from exercises.grader import adapters, sandbox
-from exercises.grader.checks import assert_value_error
 from exercises.grader.outcomes import WrongAnswer
 
 JOB_TIMEOUT_S = 90.0  # a launcher that never returns fails after this long
@@ -168,7 +167,17 @@ def test_dead_rank_is_noticed(impl, marker_dir):
 @pytest.mark.timeout(150)
 def test_rejects_bad_arguments(impl, marker_dir):
     target = _target(marker_dir)
-    assert_value_error("start_ranks(world_size=0)", lambda: adapters.start_ranks(impl, target, 0, 10.0, JOB_TIMEOUT_S))
-    assert_value_error("start_ranks(timeout_s=0)", lambda: adapters.start_ranks(impl, target, 2, 0.0, JOB_TIMEOUT_S))
-    if _markers(marker_dir):
-        raise WrongAnswer("start_ranks started ranks before it rejected its arguments")
+    for world_size, timeout_s in ((0, 10.0), (2, 0.0)):
+        what = f"start_ranks(world_size={world_size}, timeout_s={timeout_s:g})"
+        try:
+            adapters.start_ranks(impl, target, world_size, timeout_s, JOB_TIMEOUT_S)
+        except ValueError as error:
+            if getattr(error, "notes", {}).get("started"):  # counted by the worker: a rank killed at once counts
+                raise WrongAnswer(f"{what}: started {error.notes['started']} rank(s) before it rejected its "
+                                  "arguments") from None
+            continue
+        except NotImplementedError:
+            raise
+        except Exception as error:  # noqa: BLE001 - any other error is the wrong one
+            raise WrongAnswer(f"{what}: raised {type(error).__name__} ({error}), expected ValueError") from None
+        raise WrongAnswer(f"{what}: returned normally, expected ValueError")

@@ -261,7 +261,8 @@ def test_shard_and_merge(impl, tp, tied, order, dtype):
                 raise WrongAnswer(f"{where}: {name} was yielded after reading {after + 1} tensors; it was complete "
                                   f"after {i + 1} (stream: yield each tensor as soon as it is complete)")
         if result.extra.get("kept_alive") is not None:
-            raise WrongAnswer(f"{where}: the full tensor {result.extra['kept_alive']} was still alive two tensors later: keep "
+            raise WrongAnswer(f"{where}: the full tensor {result.extra['kept_alive']} was still alive two tensors "
+                              "later: keep "
                               "the shards, not the full tensors, and yield copies, never views of them")
 
 

@@ -53,8 +53,8 @@ def test_vocab_embedding(run_ranks, world_size, dtype, tp):
     tp_size = world_size if tp == "world" else 1
     table = torch.randn(VOCAB, HIDDEN, generator=torch.Generator().manual_seed(5)).to(DTYPES[dtype])
     ids = _ids(tp_size)
-    results = run_ranks([adapters.vocab_parallel_embedding(ids, _padded_shard(table, r, tp_size), VOCAB, tp=(r, tp_size))
-                         for r in _ranks(world_size, tp_size)])
+    results = run_ranks([adapters.vocab_parallel_embedding(ids, _padded_shard(table, r, tp_size), VOCAB,
+                                                           tp=(r, tp_size)) for r in _ranks(world_size, tp_size)])
     what = f"vocab_parallel_embedding ({dtype}, V={VOCAB}, tp={tp_size}, row i = table[ids[i]], ids {ids.tolist()})"
     # exact: one rank adds its row, the others add zeros
     assert_ranks_close(what, [r.value for r in results], F.embedding(ids, table).double(), DTYPES[dtype], 0.0)

@@ -35,6 +35,7 @@ class Context:
     recorder: Recorder
     roots: dict[str, str]  # folder -> the name it is shown under in tracebacks
     trees: list[Any] = field(default_factory=list)  # radix trees built from this job's arguments
+    notes: dict[str, int] = field(default_factory=dict)  # counts a job reports even when the call raised
 
     def resolve(self, tag: str, payload: Any) -> Any:
         """The grader's stand-ins in a job's arguments."""
@@ -171,6 +172,7 @@ def launch(ctx: Context, request: dict) -> dict:
     """The learner's start_ranks with the grader's rank bodies; what it returned, summarised, and the
     processes stopped whatever happened."""
     from multiprocessing.context import SpawnProcess
+    from multiprocessing.process import BaseProcess
 
     from . import targets
 
@@ -178,6 +180,14 @@ def launch(ctx: Context, request: dict) -> dict:
     options = decode(request["target"])
     target = functools.partial(targets.behave, **options)
     processes: Any = None
+    start = BaseProcess.start
+    ctx.notes["started"] = 0
+
+    def counted_start(process: BaseProcess) -> None:  # how many ranks the call started, raise or not
+        ctx.notes["started"] += 1
+        start(process)
+
+    BaseProcess.start = counted_start  # type: ignore[method-assign]
     try:
         with ctx.recorder.learner_calls():
             processes = fn(target, request["world_size"], request["timeout_s"])
@@ -187,8 +197,9 @@ def launch(ctx: Context, request: dict) -> dict:
         else:
             summary = encode(processes)
     finally:
+        BaseProcess.start = start  # type: ignore[method-assign]
         _stop(processes)
-    return {"value": summary, "caller": os.getpid()}
+    return {"value": summary, "caller": os.getpid(), "started": ctx.notes["started"]}
 
 
 def _alive(process: Any) -> bool:
@@ -324,11 +335,11 @@ JOBS: dict[str, Callable[[Context, dict], dict]] = {
 def run(ctx: Context, request: dict) -> dict:
     """One job: {"kind": "ok", ...} or {"kind": "error", "error": ...}, with the collectives made."""
     ctx.recorder.start_job()
-    ctx.trees = []
+    ctx.trees, ctx.notes = [], {}
     try:
         reply = {"kind": "ok", **JOBS[request["job"]](ctx, request)}
     except BaseException as error:  # noqa: BLE001 - SystemExit included: the learner's code ended the call
-        reply = {"kind": "error", "error": learner.describe(error, ctx.roots)}
+        reply = {"kind": "error", "error": learner.describe(error, ctx.roots), "notes": ctx.notes}
     reply["collectives"] = ctx.recorder.log
     return reply
 
