@@ -46,8 +46,8 @@ RELEASE_EDITS = (
     ("Makefile", "\t$(PY) -m pytest exercises --impl solutions -q -p no:cacheprovider\n", ""),
     ("Makefile", "run the tests, the grader on solutions/, the notebooks, the site build",
      "run the tests, the notebooks, the site build"),
-    ("Makefile", "; then the grader on the reference solutions (one\n# process: it writes one results file); then the "
-     "site built strictly.", "; then the\n# site built strictly."),
+    ("Makefile", "; then the grader on the reference solutions (one\n# process: it writes one results file); then ",
+     "; then\n# "),
     ("README.md", " `solutions/` — the answers and\n  quiz keys (instructor material: `make student-release` "
      "and `make autograder` build what a class\n  runs on without them, see [Running a class]"
      "(docs/instructors.md)).", ""),
