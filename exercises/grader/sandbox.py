@@ -16,8 +16,7 @@ stops a fork bomb. Elsewhere (a learner's laptop) the process boundary alone hol
 
 Nothing a worker starts outlives the grade: this process makes itself the "child subreaper" of
 everything below it, so even a daemon that double-forks stays its descendant, and `sweep` kills
-every descendant (and, with a sandbox user, every process of that user) when pools close, when the
-capstone starts or ends, and before results.json is written.
+every descendant when the capstone starts or ends and before results.json is written.
 """
 
 from __future__ import annotations
@@ -496,18 +495,13 @@ class Sandbox:
                 pool.close()
 
     def sweep(self) -> None:
-        """Kill every process the sandbox started but the zygote: this process's descendants (a
-        subreaper keeps even double-forked daemons among them) and, with a sandbox user, every
-        process of that user. Then reap what became our children."""
+        """Kill every process the sandbox started but the zygote: this process's descendants (as
+        their subreaper, it keeps even double-forked daemons among them; a sweep by user would also
+        kill another grade's sandbox running as the same user). Then reap what became our children."""
         import psutil
 
         keep = {self._zygote.pid} if self._zygote is not None and self._zygote.poll() is None else set()
-        me = psutil.Process()
-        doomed = {p.pid: p for p in me.children(recursive=True) if p.pid not in keep}
-        if self.user.separate:
-            for process in psutil.process_iter(["uids"]):
-                if process.info["uids"] and process.info["uids"].real == self.user.uid and process.pid not in keep:
-                    doomed[process.pid] = process
+        doomed = {p.pid: p for p in psutil.Process().children(recursive=True) if p.pid not in keep}
         for process in doomed.values():
             try:
                 process.kill()
