@@ -316,7 +316,7 @@ def capstone(ctx: Context, request: dict) -> dict:
     from .tpops import LearnerTPOps, unfinished
 
     model_dir = request["model_dir"]
-    todo = unfinished(ModelConfig.from_dir(model_dir))
+    todo = unfinished(learner.PACKAGE, ModelConfig.from_dir(model_dir))
     if todo:
         return {"value": None, "unfinished": todo}
     params = SamplingParams(temperature=0, max_tokens=request["new_tokens"], ignore_eos=True)

@@ -17,13 +17,13 @@ class TaskError(Exception):
     """The learner's module or function could not be found (a message for the learner)."""
 
 
-def function(module: str, name: str) -> Callable[..., Any]:
-    """The learner's `name` in `exercises/<module>.py`, imported on first use (so whatever the
+def function(module: str, name: str, package: str = PACKAGE) -> Callable[..., Any]:
+    """The learner's `name` in `<package>/<module>.py`, imported on first use (so whatever the
     module does at import time happens inside a job, where its errors are reported)."""
     try:
-        loaded = importlib.import_module(f"{PACKAGE}.{module}")
+        loaded = importlib.import_module(f"{package}.{module}")
     except ModuleNotFoundError as error:
-        if error.name in (PACKAGE, f"{PACKAGE}.{module}"):
+        if error.name in (package, f"{package}.{module}"):
             raise TaskError(f"exercises/{module}.py is missing; restore it from git") from None
         raise
     fn = getattr(loaded, name, None)
