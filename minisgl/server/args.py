@@ -29,6 +29,8 @@ from minisgl.scheduler.data_parallel import DP_POLICIES
 from minisgl.scheduler.process import check_pipeline, check_ranks_fit_machine
 from minisgl.trace import check_trace_dir
 
+from .limits import DEFAULT_MAX_BODY_MB, DEFAULT_READ_TIMEOUT_S, check_http_limits
+
 DEFAULT_PORT = 8000
 API_KEY_ENV = "MINISGL_API_KEY"
 
@@ -51,6 +53,8 @@ class ServerArgs:
     shell: bool = False
     node_rank: int = 0  # this machine's place in a multi-node run; node 0 serves HTTP (chapter 12)
     dp_policy: str = "round-robin"  # which replica gets each request when dp_size > 1 (chapter 12)
+    max_body_mb: float = DEFAULT_MAX_BODY_MB  # a larger HTTP body is a 413, unread (limits.py)
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S  # a slower header, or a longer pause in a body, closes
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -170,6 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--api-key", metavar="KEY", default=os.environ.get(API_KEY_ENV) or None,
                         help="require 'Authorization: Bearer KEY' on /v1 and /generate, and turn /docs off "
                              f"(default: ${API_KEY_ENV}, which unlike this flag does not show in ps)")
+    server.add_argument("--max-body-mb", type=float, default=DEFAULT_MAX_BODY_MB, metavar="MB",
+                        help="largest HTTP request body in MiB; a larger one is answered 413 before it is read "
+                             "(default: %(default)g)")
+    server.add_argument("--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT_S, metavar="SECONDS",
+                        help="how long a client may take to send a request's header, or pause within its body, "
+                             "before the connection is closed (default: %(default)g)")
     server.add_argument("--shell", action="store_true", help="chat in this terminal instead of serving HTTP")
     server.add_argument("--seed", type=int, default=defaults.seed,
                         help="base seed of requests that give none (default: %(default)s)")
@@ -235,6 +245,8 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         shell=ns.shell,
         node_rank=ns.node_rank,
         dp_policy=ns.dp_policy,
+        max_body_mb=ns.max_body_mb,
+        read_timeout_s=ns.read_timeout,
     )
 
 
@@ -261,6 +273,10 @@ def check_args(args: ServerArgs) -> ServerArgs:
     if not 0 <= args.port <= 65535:
         raise ArgsError(f"--port must be in 0..65535, got {args.port}")
     _check_nodes(args)
+    try:
+        check_http_limits(args.max_body_mb, args.read_timeout_s)
+    except ValueError as error:
+        raise ArgsError(str(error)) from None
     if config.trace_dir is not None:
         try:
             check_trace_dir(config.trace_dir)
