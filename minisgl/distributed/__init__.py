@@ -7,6 +7,7 @@
   parallelism, chapter 14);
 - `counter.py`: the communication counter, bytes and time of each collective per forward and layer;
 - `info.py`: `DistributedInfo`, this process's rank and the group size;
+- `peers.py`: who the other ranks are (process, machine, pid), so a failed collective names a dead peer;
 - `pipeline.py`: the point-to-point sends and receives between pipeline stages (chapter 13).
 
 Outside this folder only the process-group setup (`Engine._init_communication`) touches

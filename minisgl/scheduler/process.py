@@ -10,6 +10,7 @@ import time
 from multiprocessing.process import BaseProcess
 
 from minisgl.distributed import DistributedInfo
+from minisgl.distributed.peers import gather_peers, naming_dead_peers
 from minisgl.distributed.rendezvous import file_init_method
 from minisgl.engine.engine import Engine
 from minisgl.message import IpcAddresses, PushQueue, ShutdownRequest
@@ -82,6 +83,7 @@ def run_scheduler(config: SchedulerConfig, addrs: IpcAddresses, ready: Ready) ->
     """The body of rank `config.tp_info.rank` (of stage `config.pp_info.rank`): build the engine and
     the sockets, ack, loop. Only the first pipeline stage talks to the frontend."""
     engine = Engine(config)
+    peers = gather_peers(engine.world_group) if engine.world_group is not None else []
     if config.pp_info.size == 1:
         io: SchedulerIO = ZmqIO(config.tp_info, engine.cpu_group, addrs, config.dp_rank)
         scheduler = Scheduler(config, engine, io)
@@ -90,7 +92,8 @@ def run_scheduler(config: SchedulerConfig, addrs: IpcAddresses, ready: Ready) ->
         scheduler = PipelineScheduler(config, engine, io)
     ready(f"{engine.kv_pool.allocator.num_pages} KV pages")
     try:
-        scheduler.run_forever()
+        with naming_dead_peers(peers):  # a killed peer is named, not the requests of the failed step
+            scheduler.run_forever()
     finally:
         io.close()
         engine.shutdown()

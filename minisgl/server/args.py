@@ -18,12 +18,12 @@ import torch
 
 from minisgl.attention.base import BACKENDS, resolve_attention_backend
 from minisgl.distributed import DistributedInfo
-from minisgl.distributed.rendezvous import parse_tcp_addr
 from minisgl.engine.config import EngineConfig
 from minisgl.engine.engine import resolve_dist_backend
 from minisgl.engine.precision import resolve_precision
 from minisgl.kvcache import CACHES
 from minisgl.models.config import MOE_PARALLEL, ModelConfig
+from minisgl.process.nodes import check_dist_init_addr
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.data_parallel import DP_POLICIES
 from minisgl.scheduler.process import check_pipeline, check_ranks_fit_machine
@@ -224,7 +224,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         overlap_schedule=False if ns.disable_overlap_schedule else None,
         comm_stats_dir=ns.comm_stats_dir,
         trace_dir=ns.trace,
-        **({"dist_init_addr": f"tcp://{ns.dist_init_addr}"} if ns.dist_init_addr else {}),
+        **({"dist_init_addr": ns.dist_init_addr} if ns.dist_init_addr else {}),  # as typed: errors quote it
         load_format=ns.load_format,
         moe_parallel=ns.moe_parallel,
         seed=ns.seed,
@@ -321,7 +321,7 @@ def _check_nodes(args: ServerArgs) -> None:
         raise ArgsError(f"--nnodes {config.nnodes} needs --dist-init-addr HOST:PORT, an address of node 0 "
                         "that every node can reach")
     try:
-        parse_tcp_addr(config.dist_init_addr)
+        check_dist_init_addr(config.dist_init_addr)
     except ValueError as error:
         raise ArgsError(f"--dist-init-addr: {error}") from None
     if config.tp_info.size % config.nnodes != 0:
