@@ -10,6 +10,9 @@ What no request can do: hold its slot after it ended (every path closes its stre
 after its client left (the disconnect is noticed at once, streaming or not, and the abort frees
 its KV pages), or break the connection with an unexpected error (a JSON 500, one log line, and
 the connection stays usable). When the server stops, every open stream gets an error event.
+What one connection may cost (body size, read deadlines) is bounded in `limits.py`; the OpenAPI
+schema names each endpoint's request body and error answers, so a schema-driven client or fuzzer
+can use it.
 """
 
 from __future__ import annotations
