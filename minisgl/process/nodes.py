@@ -63,6 +63,21 @@ def listen_for_nodes(host: str, port: int) -> socket.socket:
                           "pass another --dist-init-addr port") from None
 
 
+def accept_nodes(listener: socket.socket, nnodes: int, run: str, timeout_s: float) -> dict[str, socket.socket]:
+    """Node 0: wait until nodes 1 .. nnodes - 1 joined with this `run` id; returns {"node r": its link}."""
+    door = _Door(listener, nnodes, run)
+    try:
+        door.serve(until=time.monotonic() + timeout_s, timeout_s=timeout_s)
+    except BaseException:
+        for link in door.links.values():
+            link.close()
+        raise
+    finally:
+        door.close()
+    listener.close()
+    return door.links
+
+
 @dataclass
 class _Caller:
     """A connection that has not said who it is yet."""
@@ -72,85 +87,98 @@ class _Caller:
     received: bytes = field(default=b"")
 
 
-def accept_nodes(listener: socket.socket, nnodes: int, run: str, timeout_s: float) -> dict[str, socket.socket]:
-    """Node 0: wait until nodes 1 .. nnodes - 1 joined with this `run` id; returns {"node r": its link}.
-    Several callers are heard at once, so a silent one holds up nobody."""
-    links: dict[str, socket.socket] = {}
-    callers: dict[socket.socket, _Caller] = {}
-    deadline = time.monotonic() + timeout_s
-    listener.setblocking(False)
-    with selectors.DefaultSelector() as selector:
-        selector.register(listener, selectors.EVENT_READ)
+class _Door:
+    """Node 0's link port: every caller is heard at once (one selector), so a silent one holds up
+    nobody; a caller becomes a link only by a hello `_judge` accepts."""
 
-        def drop(conn: socket.socket, answer: str | None, why: str) -> None:
-            logger.warning("node link port: %s %s; ignored", callers.pop(conn).peer, why)
-            selector.unregister(conn)
-            if answer is not None:
-                _send_quietly(conn, f"refused {answer}\n".encode())
+    def __init__(self, listener: socket.socket, nnodes: int, run: str) -> None:
+        self.listener = listener
+        self.nnodes = nnodes
+        self.run = run
+        self.callers: dict[socket.socket, _Caller] = {}
+        self.links: dict[str, socket.socket] = {}
+        listener.setblocking(False)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(listener, selectors.EVENT_READ)
+
+    def serve(self, until: float, timeout_s: float) -> None:
+        """Hear callers until every other node has joined; a `LaunchError` at `until`."""
+        while len(self.links) < self.nnodes - 1:
+            now = time.monotonic()
+            if now >= until:
+                missing = [str(r) for r in range(1, self.nnodes) if f"node {r}" not in self.links]
+                raise LaunchError(f"node(s) {', '.join(missing)} did not join within {timeout_s:.0f} s: start them "
+                                  "with the same --nnodes, --tp-size, --dist-init-addr and model, and their --node-rank")
+            wake = min([until, *(caller.deadline for caller in self.callers.values())])
+            for key, _ in self.selector.select(max(0.0, wake - now)):
+                if key.fileobj is self.listener:
+                    self._let_in(now)
+                else:
+                    assert isinstance(key.fileobj, socket.socket)
+                    self._hear(key.fileobj)
+            # only after reading what arrived: a busy machine may run this loop late, not the callers
+            now = time.monotonic()
+            for conn in [c for c, caller in self.callers.items() if caller.deadline <= now]:
+                self._drop(conn, f"said nothing within {HELLO_TIMEOUT_S:g} s")
+
+    def close(self) -> None:
+        for conn in self.callers:  # strangers still silent when the nodes had joined
             conn.close()
+        self.selector.close()
 
+    def _let_in(self, now: float) -> None:
         try:
-            while len(links) < nnodes - 1:
-                now = time.monotonic()
-                for conn in [c for c, caller in callers.items() if caller.deadline <= now]:
-                    drop(conn, None, f"said nothing within {HELLO_TIMEOUT_S:g} s")
-                if now >= deadline:
-                    missing = [str(r) for r in range(1, nnodes) if f"node {r}" not in links]
-                    raise LaunchError(f"node(s) {', '.join(missing)} did not join within {timeout_s:.0f} s: start "
-                                      "them with the same --nnodes, --tp-size, --dist-init-addr and model, and their "
-                                      "--node-rank")
-                wake = min([deadline, *(caller.deadline for caller in callers.values())])
-                for key, _ in selector.select(wake - now):
-                    if key.fileobj is listener:
-                        try:
-                            conn, address = listener.accept()
-                        except BlockingIOError:
-                            continue
-                        conn.setblocking(False)
-                        callers[conn] = _Caller(f"{address[0]}:{address[1]}", now + HELLO_TIMEOUT_S)
-                        selector.register(conn, selectors.EVENT_READ)
-                        continue
-                    conn = key.fileobj
-                    assert isinstance(conn, socket.socket)
-                    caller = callers[conn]
-                    try:
-                        data = conn.recv(MAX_LINE)
-                    except OSError:
-                        data = b""
-                    if not data:
-                        drop(conn, None, "closed before saying who it is")
-                        continue
-                    caller.received += data
-                    if b"\n" not in caller.received:
-                        if len(caller.received) > MAX_LINE:
-                            drop(conn, None, "is not a minisgl node")
-                        continue
-                    line = caller.received.split(b"\n", 1)[0].decode(errors="replace").split()
-                    refusal = _judge(line, nnodes, run, links)
-                    if refusal is not None:
-                        drop(conn, refusal if line[:1] == [HELLO] else None,
-                             "is not a minisgl node" if line[:1] != [HELLO] else f"was refused: {refusal}")
-                        continue
-                    del callers[conn]
-                    selector.unregister(conn)
-                    conn.setblocking(True)
-                    conn.sendall(b"ok\n")
-                    links[f"node {line[2]}"] = _keepalive(conn)
-        except BaseException:
-            for link in links.values():
-                link.close()
-            raise
-        finally:
-            for conn in callers:  # strangers still silent when the nodes had joined
-                conn.close()
-    listener.close()
-    return links
+            conn, address = self.listener.accept()
+        except BlockingIOError:  # the caller gave up already
+            return
+        conn.setblocking(False)
+        self.callers[conn] = _Caller(f"{address[0]}:{address[1]}", now + HELLO_TIMEOUT_S)
+        self.selector.register(conn, selectors.EVENT_READ)
+
+    def _hear(self, conn: socket.socket) -> None:
+        """Read what `conn` sent; once a whole line is there, let it join or drop it."""
+        caller = self.callers[conn]
+        try:
+            data = conn.recv(MAX_LINE)
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(conn, "closed before saying who it is")
+            return
+        caller.received += data
+        if b"\n" not in caller.received:
+            if len(caller.received) > MAX_LINE:
+                self._drop(conn, "is not a minisgl node")
+            return
+        hello = caller.received.split(b"\n", 1)[0].decode(errors="replace").split()
+        if hello[:1] != [HELLO]:
+            self._drop(conn, "is not a minisgl node")
+            return
+        refusal = _judge(hello, self.nnodes, self.run, self.links)
+        if refusal is not None:
+            self._drop(conn, f"was refused: {refusal}", answer=f"refused {refusal}")
+            return
+        del self.callers[conn]
+        self.selector.unregister(conn)
+        conn.setblocking(True)
+        conn.sendall(b"ok\n")
+        self.links[f"node {hello[2]}"] = _keepalive(conn)
+
+    def _drop(self, conn: socket.socket, why: str, answer: str | None = None) -> None:
+        logger.warning("node link port: %s %s; ignored", self.callers.pop(conn).peer, why)
+        self.selector.unregister(conn)
+        if answer is not None:
+            try:
+                conn.sendall(f"{answer}\n".encode())
+            except OSError:
+                pass  # it left already
+        conn.close()
 
 
 def _judge(hello: list[str], nnodes: int, run: str, links: dict[str, socket.socket]) -> str | None:
     """Why the hello `minisgl-node <run id> <rank>` cannot join, or None when it can."""
-    if len(hello) != 3 or hello[0] != HELLO or not hello[2].isdigit():
-        return "not a minisgl node's hello"
+    if len(hello) != 3 or not hello[2].isdigit():
+        return "its hello is not `minisgl-node <run id> <node rank>`"
     if hello[1] != run:
         return "its launch settings differ from node 0's (--nnodes, --tp-size, --pp-size, --dist-init-addr, model)"
     if not 0 < int(hello[2]) < nnodes:
@@ -195,13 +223,6 @@ def _read_line(conn: socket.socket) -> str:
             break
         line += byte
     return line.decode(errors="replace").strip()
-
-
-def _send_quietly(conn: socket.socket, data: bytes) -> None:
-    try:
-        conn.sendall(data)
-    except OSError:
-        pass  # it left already
 
 
 def say_stop(links: dict[str, socket.socket]) -> None:

@@ -69,7 +69,7 @@ class Scheduler:
         self.pool = engine.kv_pool
         self.cache = create_prefix_cache(config.cache, self.pool.allocator, self.pool.page_size)
         self.kv = KVBudget(self.cache, self.pool)
-        if config.tp_info.is_primary:
+        if config.world_rank == 0:  # (every rank has the same cache: one line is enough)
             self.kv.warn_if_below(engine.model_config.max_position_embeddings)
         self.eos_ids = set(engine.model_config.eos_token_ids)
         self.waiting: deque[Req] = deque()

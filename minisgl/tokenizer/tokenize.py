@@ -42,7 +42,9 @@ def max_bytes_per_token(tokenizer: Any) -> int:
     token (`<|im_start|>`, ...) is matched in the raw text, so it stands for its own text. A
     normalizer (NFC, NFKC, lowercase) may first turn a character of up to 4 bytes into one of 1 byte
     (NFKC's mathematical letters into ASCII), so with one the bound is 4 times as large."""
-    backend = tokenizer.backend_tokenizer
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:  # a tokenizer without the Rust one: its raw pieces, and any normalization
+        return max(len(token.encode()) + 1 for token in tokenizer.get_vocab()) * UTF8_MAX_BYTES
     added = tokenizer.get_added_vocab()
     decode = backend.decoder.decode if backend.decoder is not None else "".join
     longest = max(len(decode([token]).encode()) + 1 for token in tokenizer.get_vocab() if token not in added)
