@@ -181,7 +181,7 @@ def test_strangers_on_the_link_port_are_ignored_while_the_node_joins(tiny_model_
         assert strangers[2].makefile("rb").readline().startswith(b"refused its launch settings differ")
         worker = WorkerNode(_node_args(model_dir, 2, 1, port))  # (host:port here, tcp://host:port on node 0)
         node_0.join(240)
-        assert "error" not in started, started.get("error")
+        assert "error" not in started, (started.get("error"), worker.log())
         server = started["server"]
         assert isinstance(server, RunningServer)
         try:

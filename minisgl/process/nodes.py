@@ -108,7 +108,8 @@ class _Door:
             if now >= until:
                 missing = [str(r) for r in range(1, self.nnodes) if f"node {r}" not in self.links]
                 raise LaunchError(f"node(s) {', '.join(missing)} did not join within {timeout_s:.0f} s: start them "
-                                  "with the same --nnodes, --tp-size, --dist-init-addr and model, and their --node-rank")
+                                  "with the same --nnodes, --tp-size, --dist-init-addr and model, and their "
+                                  "--node-rank")
             wake = min([until, *(caller.deadline for caller in self.callers.values())])
             for key, _ in self.selector.select(max(0.0, wake - now)):
                 if key.fileobj is self.listener:

@@ -134,7 +134,8 @@ def create_app(state: ApiState, on_startup: Callable[[Frontend], None] = lambda 
     app = FastAPI(title="minisgl", lifespan=lifespan, **docs)
     app.router.route_class = _OneLineErrors
     app.openapi = lambda: _openapi_schema(app)  # type: ignore[method-assign]
-    app.add_middleware(BodyLimits, max_bytes=int(state.args.max_body_mb * MIB), read_timeout_s=state.args.read_timeout_s)
+    app.add_middleware(BodyLimits, max_bytes=int(state.args.max_body_mb * MIB),
+                       read_timeout_s=state.args.read_timeout_s)
 
     # ---- errors in OpenAI's shape -----------------------------------------------------------
     @app.exception_handler(ApiError)
