@@ -113,7 +113,7 @@ class _Door:
             wake = min([until, *(caller.deadline for caller in self.callers.values())])
             for key, _ in self.selector.select(max(0.0, wake - now)):
                 if key.fileobj is self.listener:
-                    self._let_in(now)
+                    self._let_in()
                 else:
                     assert isinstance(key.fileobj, socket.socket)
                     self._hear(key.fileobj)
@@ -127,13 +127,14 @@ class _Door:
             conn.close()
         self.selector.close()
 
-    def _let_in(self, now: float) -> None:
+    def _let_in(self) -> None:
         try:
             conn, address = self.listener.accept()
         except BlockingIOError:  # the caller gave up already
             return
         conn.setblocking(False)
-        self.callers[conn] = _Caller(f"{address[0]}:{address[1]}", now + HELLO_TIMEOUT_S)
+        # its time to speak starts now (not when the select began: that may be seconds ago)
+        self.callers[conn] = _Caller(f"{address[0]}:{address[1]}", time.monotonic() + HELLO_TIMEOUT_S)
         self.selector.register(conn, selectors.EVENT_READ)
 
     def _hear(self, conn: socket.socket) -> None:
