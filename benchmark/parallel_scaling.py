@@ -2,7 +2,9 @@
 single-request TPOT and full-load throughput by tp size, DP = N against TP = N on the same
 workload, PP = N against TP = N (throughput, TTFT, TPOT), and the share of a decode step spent in
 collectives, with NCCL or the symmetric-memory all-reduce. Random weights (`--load-format dummy`:
-the same model at every tp size) on a config-only shape, token-id prompts, every request `ignore_eos`.
+the same model at every tp size) on a config-only shape, token-id prompts, every request `ignore_eos`,
+and no prefix cache (a prompt sent again is computed again: each timed run does the warm-up's work).
+Layouts run one after another, not in turns (each is its own set of processes and devices).
 
     python benchmark/parallel_scaling.py tpot --tp 1 2                       # CPU, llama-125m, fp32
     python benchmark/parallel_scaling.py throughput --layouts 1x1 2x1 1x2    # TPxDP: tp 2 vs dp 2
@@ -16,7 +18,8 @@ the same model at every tp size) on a config-only shape, token-id prompts, every
   the time of a `--new-tokens` run, and the rest divided by the tokens after the first: the decode
   step time. Median of `--repeats`. With `--backends`, once per tp communicator.
 - throughput: `--requests` prompts of `--prompt-len` random ids, `--new-tokens` each, all submitted
-  at once; output tokens per second of wall time, after an untimed warm-up of the same shapes.
+  at once; output tokens per second of wall time, the median of `--repeats` runs after an untimed
+  one of the same.
 - pipeline: `--layouts` TPxPP on the same number of ranks; per layout the single-request TTFT and
   TPOT (as tpot) and the full-load throughput (as throughput). Pipeline stages decode without CUDA
   graphs: `--eager` runs every layout so, for a like-for-like comparison.
@@ -35,16 +38,14 @@ import argparse
 import csv
 import gc
 import json
-import os
-import random
 import statistics
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from measure import hardware_label, prompts, timed
 
 from minisgl import LLM, SamplingParams
 from minisgl.testing.shapes import SHAPES, make_shape_dir
@@ -52,20 +53,6 @@ from minisgl.testing.shapes import SHAPES, make_shape_dir
 FIELDS = ["experiment", "hardware", "shape", "dtype", "tp", "dp", "pp", "backend", "batch", "metric", "value"]
 KEY = FIELDS[:-1]
 DEFAULTS = {"pp": "1", "backend": "auto"}  # what rows written before these columns existed ran with
-
-
-def hardware_label(device: str) -> str:
-    """What ran it: `2x NVIDIA H200`, or `cpu, 2 cores (AMD EPYC)`."""
-    if device == "cuda":
-        return f"{torch.cuda.device_count()}x {torch.cuda.get_device_name(0)}"
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), "unknown CPU") if Path("/proc/cpuinfo").exists() else "unknown CPU"
-    return f"cpu, {os.cpu_count()} cores ({model})"
-
-
-def prompts(count: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(3, vocab) for _ in range(length)] for _ in range(count)]
 
 
 class Bench:
@@ -87,8 +74,10 @@ class Bench:
             extra["cpu_threads"] = 1  # a core per rank, as a GPU per rank: tp 2 or dp 2 use twice the cores of tp 1
         if a.eager:
             extra["cuda_graph_max_bs"] = 0
+        # cache="naive": a prompt sent again is computed again, so the warm-up and every timed run of
+        # a workload do the same work (with the radix cache the timed runs would skip their prefill)
         llm = LLM(self.model_dir, tp_size=tp, dp_size=dp, pp_size=pp, device=a.device, dtype=a.dtype,
-                  load_format="dummy", dist_backend=backend,
+                  load_format="dummy", dist_backend=backend, cache="naive",
                   max_running_requests=max(a.requests, max(a.batch_sizes)), progress=False, **extra)
         try:
             yield llm
@@ -119,8 +108,8 @@ class Bench:
         llm.generate(batch, full)  # warm-up: every kernel and graph of these shapes
         first, per_token = [], []
         for _ in range(a.repeats):
-            first.append(_timed(llm, batch, one))
-            per_token.append((_timed(llm, batch, full) - first[-1]) / (a.new_tokens - 1))
+            first.append(timed(lambda: llm.generate(batch, one)))
+            per_token.append((timed(lambda: llm.generate(batch, full)) - first[-1]) / (a.new_tokens - 1))
         return statistics.median(first), statistics.median(per_token)
 
     def tpot(self) -> None:
@@ -150,12 +139,14 @@ class Bench:
             self.row("throughput", tp, dp, self.args.requests, "output_tok_per_s", tok_per_s)
 
     def _full_load(self, llm: LLM) -> float:
-        """Output tokens per second of `--requests` prompts submitted at once, after a warm-up of the same."""
+        """Output tokens per second of `--requests` prompts submitted at once: the median of `--repeats`
+        runs after an untimed one of the same."""
         a = self.args
         batch = prompts(a.requests, a.prompt_len, self.vocab)
         params = SamplingParams(temperature=0, max_tokens=a.new_tokens, ignore_eos=True)
-        llm.generate(batch, params)  # warm-up
-        return a.requests * a.new_tokens / _timed(llm, batch, params)
+        llm.generate(batch, params)  # warm-up: the same shapes (no prefix cache: the same work too)
+        return statistics.median(a.requests * a.new_tokens / timed(lambda: llm.generate(batch, params))
+                                 for _ in range(a.repeats))
 
     def comm(self) -> None:
         a = self.args
@@ -203,12 +194,6 @@ class Bench:
         print(f"wrote {len(self.rows)} rows to {path}")
 
 
-def _timed(llm: LLM, batch: list[list[int]], params: SamplingParams) -> float:
-    start = time.perf_counter()
-    llm.generate(batch, params)
-    return time.perf_counter() - start
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("experiment", choices=["tpot", "throughput", "comm", "pipeline"])
@@ -226,7 +211,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=16, help="requests of the full-load workload (throughput)")
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per tp size (tpot)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per measurement (their median)")
     parser.add_argument("--hardware", help="label of this machine in the CSV (default: from the device)")
     parser.add_argument("--out", type=Path, help="merge the rows into this CSV")
     args = parser.parse_args()

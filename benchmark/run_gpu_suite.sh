@@ -3,7 +3,9 @@
 # benchmarks. Logs go to $OUT (default /tmp/minisgl-gpu); each part has its own time limit so a
 # hang in one still leaves the others' results.
 #   bash benchmark/run_gpu_suite.sh [tests|grader|flashinfer|gemv|profile|decode|offline|parallel|pp-tests|pipeline ...]
-#   (default: tests decode offline; issue 18: parallel (chapter 12), pp-tests pipeline (chapter 13))
+#   (default: tests decode offline; issue 18: parallel (chapter 12), pp-tests pipeline (chapter 13);
+#   issue 34: prefix (chapter 11, one GPU), moe (chapter 14, two GPUs): copy their JSON from $OUT into the
+#   chapter's data/ and run `python benchmark/chapter_tables.py`)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/minisgl-gpu}
@@ -72,8 +74,12 @@ for part in $parts; do
                 timeout -k 10 "${PIPELINE_TIMEOUT:-180}" python3 benchmark/parallel_scaling.py $experiment \
                     --device cuda --dtype bfloat16 --shape llama-3.1-8b --out "$OUT/measurements-ch13.csv"
             done 2>&1 | tee "$OUT/pipeline_scaling.log" ;;
+        prefix) timeout -k 10 "${PREFIX_TIMEOUT:-240}" python3 benchmark/prefix_cache.py --device cuda --shape qwen3-0.6b \
+                    --out "$OUT/prefix_cache.json" 2>&1 | tee "$OUT/prefix_cache.log" ;;
+        moe) timeout -k 10 "${MOE_TIMEOUT:-540}" python3 benchmark/moe.py --device cuda --dtype bfloat16 --shape qwen3-30b-a3b \
+                 --layers 16 --out "$OUT/moe-gpu.json" 2>&1 | tee "$OUT/moe.log" ;;
         *) echo "unknown part $part (tests, grader, flashinfer, gemv, profile, decode, offline, parallel, pp-tests," \
-                "pipeline)"
+                "pipeline, prefix, moe)"
            exit 2 ;;
     esac
 done

@@ -13,7 +13,8 @@ English and in Chinese.
 - The Chinese build (site/zh/) has the Chinese pages, English ones where no translation exists, and
   no notebook or API pages of its own: notebooks stay one set (in English), and a link to one from a
   Chinese page leads to the English page. `on_config` gives it the English navigation without them
-  (the plugin's `nav_translations` then translate the titles).
+  (the plugin's `nav_translations` then translate the titles). The other way, a link from an English
+  page to a Chinese one (the README's to README.zh.md) leads to the Chinese build's page.
 - `on_page_markdown` turns links written relative to the repository (so that they work when the
   Markdown is read on the repository host) into links relative to the site.
 - `on_page_content` opens each notebook page with how to run it, a download link, and its lesson;
@@ -133,8 +134,24 @@ def restore_course_paths(files: Files, config) -> Files:
             file.abs_src_path = str(src_dir / repo_path)  # differs from src_dir / src_uri for README and CONTRIBUTING
     if _language(config) == ZH:
         return english_only_pages(files, config)
+    chinese_only_pages(files, config)
     jupyter = config.plugins.get("mkdocs-jupyter")  # the i18n plugin replaced its notebook pages by plain files
     return jupyter.on_files(files, config) if jupyter else files
+
+
+def chinese_only_pages(files: Files, config) -> None:
+    """The English build renders no Chinese page: a link to one (the README's to README.zh.md) leads to
+    the Chinese build's page. Each becomes an excluded file (never written) at that page's URL, so the
+    link resolves there and the strict build accepts it."""
+    for src_uri in COURSE_FILES:
+        if not src_uri.endswith(".zh.md") or files.get_file_from_path(src_uri) is not None:
+            continue
+        english = files.get_file_from_path(src_uri.removesuffix(".zh.md") + ".md")
+        if english is None:
+            continue
+        files.append(File(src_uri, src_dir=config.docs_dir, dest_dir=config.site_dir,
+                          use_directory_urls=config.use_directory_urls, dest_uri=f"{ZH}/{english.dest_uri}",
+                          inclusion=InclusionLevel.EXCLUDED))
 
 
 def english_only_pages(files: Files, config) -> Files:
@@ -198,15 +215,22 @@ def on_page_content(html: str, page, config, files: Files) -> str:
         f"<code>{folder}/</code> in the repository. The explanations, summary and exercises are on the "
         f'<a href="{lesson}">lesson page</a>.</p></div>'
     )
-    return box + html.replace('href="README.md"', f'href="{lesson}"')  # the notebook's own lesson links
+    html = html.replace('href="README.md"', f'href="{lesson}"')  # the notebook's own lesson links
+    # its markdown cells embed figures/NAME.png from the chapter's folder, one level above the page's URL
+    return box + html.replace('src="figures/', 'src="../figures/')
+
+
+HEAD_ALTERNATE = re.compile(r'<link rel="alternate" href="[^"]*" hreflang="[^"]*">\s*')
 
 
 def on_post_page(output: str, page, config) -> str:
-    """Links to the other language's page, which only the other build has: the English README's to its
-    Chinese version; a notebook's, and the language menu's on its page, to its chapter's Chinese page
-    (notebooks are English only)."""
-    if page.file.src_uri == "readme.md" and _language(config) != ZH:
-        return output.replace('href="readme.zh.md"', f'href="../{ZH}/readme/"')
+    """Links to the other language's page, which only the other build has: a notebook's, and the language
+    menu's on its page, to its chapter's Chinese page (notebooks are English only).
+
+    The head's `<link rel="alternate" hreflang>` tags go: the theme's script takes each for a language's
+    root and fetches a sitemap under it, which under a page's URL is a 404 on every page (an error in
+    the browser's console); the language menu's own links already lead to the same page."""
+    output = HEAD_ALTERNATE.sub("", output)
     if page.file.src_uri.endswith(".ipynb"):
         chapter, notebook = Path(page.file.src_uri).parent.as_posix(), Path(page.file.src_uri).stem
         lesson = f'href="../../../{ZH}/{chapter}/"'

@@ -36,7 +36,7 @@ HASH_LINE = re.compile(r"\A<!-- en-sha256: ([0-9a-f]{64}) -->\n")
 PARTS = {"README.md": ("", "Two commands", "The course")}
 # Course pages whose Chinese page is still to be written (paths relative to the repository): until it
 # is, the Chinese site shows the English page.
-PENDING: set[str] = {"docs/prerequisites.md"}
+PENDING: set[str] = set()
 
 FENCE = re.compile(r"^(`{3,}|~{3,})[^\n]*\n.*?^\1[ \t]*$", re.MULTILINE | re.DOTALL)
 COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)

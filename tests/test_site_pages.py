@@ -98,9 +98,31 @@ def test_a_notebook_page_says_how_to_run_it_and_links_its_lesson_and_a_download(
     notebook = NotebookFile(file(NOTEBOOK, ROOT), use_directory_urls=True, site_dir="/site")
     files = Files([file(f"{folder}/README.md", ROOT), notebook, file("prerequisites.md", ROOT / "docs")])
     page = SimpleNamespace(file=files.get_file_from_path(NOTEBOOK))
-    html = hooks.on_page_content('<p>the <a href="README.md">lesson page</a></p>', page, None, files)
+    html = hooks.on_page_content('<p>the <a href="README.md">lesson page</a></p><img src="figures/ch.png"/>', page,
+                                 None, files)
+    assert '<img src="../figures/ch.png"/>' in html  # the chapter's figure, one level above the page's URL
     name = NOTEBOOK.rsplit("/", 1)[1]
     assert f'<a href="{name}" download>' in html  # mkdocs-jupyter's include_source puts the file there
     assert f"jupyter lab {NOTEBOOK}" in html
     assert 'href="../../../prerequisites/"' in html
     assert 'href="README.md"' not in html and html.count('href="../"') == 2  # both lesson links are the page's URL
+
+
+def test_an_english_page_links_a_chinese_one_in_the_chinese_build() -> None:
+    """The README's link to README.zh.md: the English build has no Chinese page, so the link resolves to
+    an excluded file at the Chinese build's URL (a link to a missing page is a strict-mode warning)."""
+    readme = File("readme.md", src_dir=str(ROOT / "docs"), dest_dir="/site", use_directory_urls=True)
+    files = Files([readme])
+    hooks.chinese_only_pages(files, SimpleNamespace(docs_dir=str(ROOT / "docs"), site_dir="/site",
+                                                    use_directory_urls=True))
+    chinese = files.get_file_from_path("readme.zh.md")
+    assert chinese is not None and chinese.url_relative_to(readme) == "../zh/readme/"
+    assert chinese.inclusion.is_excluded()  # never written by the English build
+
+
+def test_every_strict_build_counts_warnings() -> None:
+    """`--quiet` drops warnings before strict mode counts them: a strict build with it passes anyway."""
+    builds = [line for line in (ROOT / "Makefile").read_text().splitlines() if "mkdocs build" in line]
+    assert builds, "the Makefile builds the site"
+    for line in builds:
+        assert "--strict" in line and "--quiet" not in line and " -q" not in line, line

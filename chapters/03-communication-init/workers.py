@@ -28,8 +28,9 @@ def hello(rank: int, world_size: int) -> dict:
 class GatherThenSum:
     """A second all-reduce algorithm: gather every rank's tensor, add them up locally.
 
-    It moves tp times more data than gloo's own all-reduce, but it is correct, and the layers
-    cannot tell: that is the point of the seam.
+    Each rank receives the other tp - 1 tensors whole, where a bandwidth-optimal all-reduce (ring:
+    chapter 09) moves 2 (tp - 1) / tp of one: tp / 2 times the data (the same at tp = 2, more beyond).
+    It is correct all the same, and the layers cannot tell: that is the point of the seam.
     """
 
     def __init__(self, inner) -> None:

@@ -1,6 +1,6 @@
-"""Code for chapter 11 that its notebook calls: a radix tree as text and as a picture, a
-multi-turn chat driven through one scheduler, and the body each rank runs to show that every TP
-rank builds the same tree from the same messages."""
+"""Code for chapter 11 that its notebook calls: a radix tree as text and as a picture, and the body
+each rank runs to show that every TP rank builds the same tree from the same messages (the chat
+itself is `minisgl.testing.multi_turn.run_chat`, which `benchmark/prefix_cache.py` times)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 from minisgl.core import SamplingParams
 from minisgl.kvcache import RadixNode, RadixTree
-from minisgl.message import GenerateRequest
-from minisgl.scheduler import LocalIO, Scheduler
+from minisgl.testing.engine_runs import InProcessRun
+from minisgl.testing.multi_turn import run_chat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from course import engine_on_this_rank  # noqa: E402
@@ -69,49 +69,12 @@ def draw_tree(tree: RadixTree, ax) -> None:
     ax.axis("off")
 
 
-def chat(scheduler: Scheduler, io: LocalIO, turns: list[list[list[int]]], max_tokens: int) -> list[list[int]]:
-    """A multi-turn chat per conversation, all conversations at once: each turn's prompt is the
-    conversation so far (earlier prompts and answers) plus the user's next turn, sent when the
-    previous answer is complete. Returns every answer, in the order they finished."""
-    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
-    history = [[] for _ in turns]
-    next_turn = [0] * len(turns)
-    waiting: dict[int, int] = {}  # uid -> its conversation
-    answers: dict[int, list[int]] = {}
-    finished: list[list[int]] = []
-    uid = 0
-
-    def send(c: int) -> None:
-        nonlocal uid
-        history[c] += turns[c][next_turn[c]]
-        next_turn[c] += 1
-        io.inbox.append(GenerateRequest(uid, list(history[c]), params))
-        waiting[uid], answers[uid] = c, []
-        uid += 1
-
-    for c in range(len(turns)):
-        send(c)
-    while waiting:
-        scheduler.step()
-        for output in io.outbox:
-            answers[output.uid] += output.token_ids
-            if output.finished:
-                c = waiting.pop(output.uid)
-                history[c] += answers[output.uid]
-                finished.append(answers[output.uid])
-                if next_turn[c] < len(turns[c]):
-                    send(c)
-        io.outbox.clear()
-    return finished
-
-
 def tree_on_rank(rank: int, world_size: int, model_dir: Path, init_addr: str, turns: list[list[list[int]]],
                  max_tokens: int) -> list[str]:
     """A real engine and scheduler on this rank, fed the same chat as every other rank (what rank
     0's broadcast guarantees); returns this rank's radix tree as text."""
     engine = engine_on_this_rank(rank, world_size, model_dir, init_addr, num_pages=512, page_size=4)
-    io = LocalIO()
-    scheduler = Scheduler(engine.config, engine, io)
-    chat(scheduler, io, turns, max_tokens)
-    engine.shutdown()
-    return tree_lines(scheduler.cache.tree)
+    run = InProcessRun(engine.config, engine)
+    run_chat(run, turns, SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True))
+    run.close()
+    return tree_lines(run.scheduler.cache.tree)

@@ -5,7 +5,7 @@ and stopped exactly as the server does (chapters 00 and 12)."""
 from __future__ import annotations
 
 from minisgl.engine.engine import Engine
-from minisgl.message import IpcAddresses, Message, PullQueue, PushQueue, TokenOutput
+from minisgl.message import IpcAddresses, Message, PullQueue, PushQueue, SchedulerStats, TokenOutput
 from minisgl.process import ChildGroup
 from minisgl.scheduler import LocalIO, Scheduler, SchedulerConfig
 from minisgl.scheduler.data_parallel import spawn_schedulers
@@ -32,6 +32,9 @@ class InProcessBackend:
         outputs, self.io.outbox = self.io.outbox, []
         return outputs
 
+    def stats(self) -> SchedulerStats:
+        return self.scheduler.stats()
+
     def close(self) -> None:
         self.scheduler.engine.shutdown()
 
@@ -46,6 +49,7 @@ class MultiProcessBackend:
         self.addrs = IpcAddresses.in_dir(self.group.ipc_dir)
         self.outputs = PullQueue(self.addrs.detokenizer)
         self.requests = PushQueue(self.addrs.scheduler)
+        self.last_stats: SchedulerStats | None = None
         try:
             self.ranks = spawn_schedulers(self.group, config, self.addrs, dp_policy)
             self.group.wait_ready(START_TIMEOUT_S)
@@ -60,11 +64,20 @@ class MultiProcessBackend:
 
     def collect(self) -> list[TokenOutput]:
         while True:
-            # rank 0 also sends its SchedulerStats this way (for a server's /metrics): not needed here
-            outputs = [o for o in self.outputs.get_all(POLL_MS) if isinstance(o, TokenOutput)]
+            outputs = []
+            for message in self.outputs.get_all(POLL_MS):
+                if isinstance(message, TokenOutput):
+                    outputs.append(message)
+                elif isinstance(message, SchedulerStats):  # rank 0 sends them this way too (for /metrics)
+                    self.last_stats = message
             if outputs:
                 return outputs
             self.group.check_alive()  # a dead rank is an error, never a hang
+
+    def stats(self) -> SchedulerStats:
+        if self.last_stats is None:
+            raise RuntimeError("rank 0 has sent no stats yet; collect outputs for a second first")
+        return self.last_stats
 
     def close(self) -> None:
         if all(p.is_alive() for p in self.ranks):

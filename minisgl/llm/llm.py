@@ -15,7 +15,7 @@ from transformers import AutoTokenizer
 from minisgl.core import SamplingParams, check_request
 from minisgl.distributed import DistributedInfo
 from minisgl.engine.precision import resolve_precision
-from minisgl.message import GenerateRequest, TokenOutput
+from minisgl.message import GenerateRequest, SchedulerStats, TokenOutput
 from minisgl.models.config import ModelConfig
 from minisgl.process.start import start_child_server
 from minisgl.scheduler import SchedulerConfig
@@ -123,6 +123,22 @@ class LLM:
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
         self._require_tokenizer()
         return self.generate([encode_chat(self.tokenizer, conv) for conv in conversations], sampling_params)
+
+    def submit(self, prompt: str | list[int], sampling_params: SamplingParams | None = None) -> int:
+        """Send one prompt now and return its uid; its tokens arrive through `collect`. For a client
+        that sends a request when an earlier one has finished, as a chat does (chapter 11)."""
+        request = self._request(self._token_ids(prompt), sampling_params or SamplingParams())
+        self._backend.submit([request])
+        return request.uid
+
+    def collect(self) -> list[TokenOutput]:
+        """The outputs of submitted requests that arrived since the last call (at least one: it waits)."""
+        return self._backend.collect()
+
+    def stats(self) -> SchedulerStats:
+        """Rank 0's counters (`/metrics`'s, chapter 11): exact at tp = 1; with spawned ranks, the last
+        report `collect` saw (rank 0 sends one about once a second)."""
+        return self._backend.stats()
 
     def _token_ids(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, list):

@@ -1,44 +1,52 @@
-"""Drive one in-process scheduler with token ids (no tokenizer needed): the GPU tests and the
-benchmarks use it on config-only model directories."""
+"""Drive one in-process scheduler with token ids (no tokenizer needed): the GPU tests, the benchmarks
+and chapter 11 use it where they need the scheduler itself (its radix tree, its counters)."""
 
 from __future__ import annotations
 
 from minisgl.core import SamplingParams, check_request
 from minisgl.engine.engine import Engine
-from minisgl.message import GenerateRequest
+from minisgl.message import GenerateRequest, TokenOutput
 from minisgl.scheduler import LocalIO, Scheduler, SchedulerConfig
 
 
 class InProcessRun:
-    """A tp = 1 scheduler + engine in this process; `generate` runs requests to completion."""
+    """A tp = 1 scheduler + engine in this process (or on a rank's `engine`, built already): `generate`
+    runs requests to completion; `submit` and `collect` are `LLM`'s, for clients that send as they go."""
 
-    def __init__(self, config: SchedulerConfig) -> None:
+    def __init__(self, config: SchedulerConfig, engine: Engine | None = None) -> None:
         self.io = LocalIO()
-        self.engine = Engine(config)
+        self.engine = engine or Engine(config)
         self.scheduler = Scheduler(config, self.engine, self.io)
         self._next_uid = 0
+
+    def submit(self, prompt: list[int], sampling_params: SamplingParams) -> int:
+        """Queue one prompt (checked as the server checks it); its tokens arrive through `collect`."""
+        config = self.engine.model_config
+        sampling = check_request(prompt, sampling_params, config.max_position_embeddings, config.vocab_size)
+        uid, self._next_uid = self._next_uid, self._next_uid + 1
+        self.io.inbox.append(GenerateRequest(uid, list(prompt), sampling))
+        return uid
+
+    def collect(self) -> list[TokenOutput]:
+        """The outputs of one scheduler step (none when nothing is queued or running)."""
+        self.scheduler.step()
+        outputs, self.io.outbox = self.io.outbox, []
+        for output in outputs:
+            if output.error is not None:
+                raise ValueError(output.error)
+        return outputs
 
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[list[int]]:
         """Output token ids of each prompt, in prompt order."""
         params = params if isinstance(params, list) else [params] * len(prompts)
-        uids = list(range(self._next_uid, self._next_uid + len(prompts)))
-        self._next_uid += len(prompts)
-        config = self.engine.model_config
-        self.io.inbox.extend(
-            GenerateRequest(uid, list(p), check_request(p, sp, config.max_position_embeddings, config.vocab_size))
-            for uid, p, sp in zip(uids, prompts, params)
-        )
+        uids = [self.submit(prompt, sp) for prompt, sp in zip(prompts, params)]
         tokens: dict[int, list[int]] = {uid: [] for uid in uids}
         done: set[int] = set()
         while len(done) < len(uids):
-            self.scheduler.step()
-            for output in self.io.outbox:
-                if output.error is not None:
-                    raise ValueError(output.error)
+            for output in self.collect():
                 tokens[output.uid] += output.token_ids
                 if output.finished:
                     done.add(output.uid)
-            self.io.outbox.clear()
         return [tokens[uid] for uid in uids]
 
     def close(self) -> None:
