@@ -226,10 +226,11 @@ def test_a_dist_init_addr_is_accepted_with_or_without_tcp() -> None:
 
 def test_a_port_without_room_for_the_next_two_is_one_line_from_the_cli(tiny_model_dir) -> None:
     result = run_cli("--model", str(tiny_model_dir("llama")), "--device", "cpu", "--nnodes", "2", "--tp-size", "2",
-                     "--dist-init-addr", "127.0.0.1:65535", timeout=60)
+                     "--dist-init-addr", "tcp://127.0.0.1:65535", timeout=60)
     assert result.returncode == 2
     assert error_lines(result.stderr) == result.stderr.strip().splitlines()  # one line, no traceback
-    assert "--dist-init-addr: the port of '127.0.0.1:65535'" in result.stderr and "1..65533" in result.stderr
+    # the address as typed: its tcp:// is understood, and no second one is added
+    assert "--dist-init-addr: the port of 'tcp://127.0.0.1:65535'" in result.stderr and "1..65533" in result.stderr
 
 
 def test_the_ranks_of_nodes_on_one_machine_share_its_cores(monkeypatch) -> None:
