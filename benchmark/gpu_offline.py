@@ -19,9 +19,8 @@ from pathlib import Path
 
 import torch
 
+from minisgl import LLM
 from minisgl.core import SamplingParams
-from minisgl.scheduler import SchedulerConfig
-from minisgl.testing.engine_runs import InProcessRun
 from minisgl.testing.shapes import SHAPES, kv_bytes_per_token, make_shape_dir, parameter_bytes
 
 from gpu_decode import copy_bandwidth
@@ -47,24 +46,17 @@ def roofline_seconds(shape: str, input_lens: list[int], output_lens: list[int], 
 
 
 def run_once(model_dir: Path, prompts: list[list[int]], output_lens: list[int], overlap: bool, graph_bs: int) -> float:
-    config = SchedulerConfig(
-        model_path=model_dir, device="cuda", dtype="bfloat16", load_format="dummy",
-        max_running_requests=len(prompts), max_prefill_tokens=8192, cuda_graph_max_bs=graph_bs,
-        overlap_schedule=overlap, progress=False,
-    )
-    run = InProcessRun(config)
-    try:
+    with LLM(model_dir, device="cuda", dtype="bfloat16", load_format="dummy", max_running_requests=len(prompts),
+             max_prefill_tokens=8192, cuda_graph_max_bs=graph_bs, overlap_schedule=overlap, progress=False) as llm:
         warm = [SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)] * 4
-        run.generate([p[:200] for p in prompts[:4]], warm)  # kernels compiled, caches warm
+        llm.generate([p[:200] for p in prompts[:4]], warm)  # kernels compiled, caches warm
         params = [SamplingParams(temperature=0, max_tokens=m, ignore_eos=True) for m in output_lens]
         torch.cuda.synchronize()
         begin = time.perf_counter()
-        outputs = run.generate(prompts, params)
+        outputs = llm.generate(prompts, params)
         torch.cuda.synchronize()
         elapsed = time.perf_counter() - begin
-    finally:
-        run.close()
-    assert [len(o) for o in outputs] == output_lens
+    assert [len(o.token_ids) for o in outputs] == output_lens
     return elapsed
 
 

@@ -203,7 +203,7 @@ def run_minisgl(
 
 def computed_prompt_tokens(llm: LLM) -> int:
     """Prompt tokens the engine has prefilled so far, less those its prefix cache supplied."""
-    stats = llm._backend.scheduler.stats()
+    stats = llm.backend.scheduler.stats()
     return stats.prompt_tokens_total - stats.cached_tokens_total
 
 
@@ -276,7 +276,7 @@ def gguf_weight_type(gguf_path: Path) -> str:
 def minisgl_step_bytes(llm: LLM, rows: int = 1) -> int:
     """Weight bytes a decode step of `rows` rows reads: a quantized weight's own bytes up to its row
     limit, its dense copy's above it."""
-    engine = llm._backend.scheduler.engine
+    engine = llm.backend.scheduler.engine
     total = 0
     for name, weight in engine.model.state_dict().items():
         if isinstance(weight, PackedWeight):
@@ -294,7 +294,7 @@ def decode_ceiling(llm: LLM, prompts: list[list[int]], answers: list[list[int]],
     are each step's weights (in the form its batch size uses) and the cached keys and values of
     every request in it. The step that makes a request's k-th token (k >= 2) attends over its prompt
     and k - 1 generated tokens."""
-    k_buffer = llm._backend.scheduler.engine.kv_pool.k_buffer  # [layers, slots, kv_heads, head_dim]
+    k_buffer = llm.backend.scheduler.engine.kv_pool.k_buffer  # [layers, slots, kv_heads, head_dim]
     layers, _, kv_heads, head_dim = k_buffer.shape
     kv_bytes_per_token = KVCachePool.bytes_per_token(layers, kv_heads, head_dim, k_buffer.dtype)
     lengths = [len(answer) for answer in answers]

@@ -104,7 +104,7 @@ def check_nccl() -> Check:
         return Check("nccl", "FAIL", "torch is missing", "fix torch first", required=False)
     if not torch.cuda.is_available():
         return Check("nccl", "SKIP", "no GPU, so no NCCL (gloo carries every collective)", required=False)
-    from minisgl.kernel.pynccl import NcclLibrary, find_nccl_library
+    from minisgl.distributed.pynccl import NcclLibrary, find_nccl_library
 
     path = find_nccl_library()
     try:

@@ -34,6 +34,7 @@ CHAPTERS = sorted(ROOT.glob("chapters/[0-9][0-9]-*/README.md"))
 # Names of other projects that chapters cite in prose, to compare with ours.
 FOREIGN = {
     "start_subprocess", "_recv_msg_multi_rank0", "_recv_msg_multi_rank1", "parse_args",  # mini-SGLang
+    "_init_communication",  # mini-SGLang
     "TokenizerManager", "DetokenizerManager", "DataParallelController", "TpModelWorker",  # SGLang
     "SchedulerOutput", "EngineCore", "MultiprocExecutor", "MessageQueue", "ParallelConfig",  # vLLM
     "DPLBAsyncMPClient", "CustomAllreduce", "DPEngineCoreProc", "IntermediateTensors", "PPMissingLayer",  # vLLM

@@ -13,7 +13,7 @@ from gguf import GGMLQuantizationType
 
 from minisgl import LLM, SamplingParams
 from minisgl.core import Req
-from minisgl.engine.config import EngineConfig
+from minisgl.config import EngineConfig
 from minisgl.engine.engine import Engine
 from minisgl.kernel.cpu import cpu_kernels
 from minisgl.kernel.cpu.graph import NotCapturable, capture

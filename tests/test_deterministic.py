@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from minisgl import LLM
 from minisgl.core import SamplingParams
 from minisgl.layers.batch_invariant import ROW_TILE, in_row_tiles
-from minisgl.scheduler import SchedulerConfig
-from minisgl.testing.engine_runs import InProcessRun
 
 GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 
@@ -34,13 +33,10 @@ def test_greedy_tokens_do_not_depend_on_the_batch(tiny_model_dir) -> None:
     # A small prefill budget chunks the long prompts differently alone and in the batch; the naive
     # cache computes every prompt afresh (a radix hit would reuse the batch's own KV for "alone").
     # One thread: a tiny model gains nothing from two, and a busy machine makes waiting threads costly
-    run = InProcessRun(SchedulerConfig(model_path=model_dir, dtype="bfloat16", deterministic=True, cache="naive",
-                                       max_prefill_tokens=64, num_pages=4096, cpu_threads=1, progress=False))
-    try:
-        together = run.generate(prompts, GREEDY)
-        alone = [run.generate([prompt], GREEDY)[0] for prompt in prompts]
-    finally:
-        run.close()
+    with LLM(model_dir, dtype="bfloat16", deterministic=True, cache="naive", max_prefill_tokens=64, num_pages=4096,
+             cpu_threads=1, progress=False) as llm:
+        together = [out.token_ids for out in llm.generate(prompts, GREEDY)]
+        alone = [llm.generate([prompt], GREEDY)[0].token_ids for prompt in prompts]
     # With deterministic=False, prompts 1 and 11 part ways on an AVX2 CPU (torch 2.13): a row
     # multiplied alone and inside the batch rounds differently in bf16, and close greedy choices flip.
     assert alone == together

@@ -13,6 +13,7 @@ import torch
 
 from minisgl import LLM, SamplingParams
 from minisgl.attention.base import resolve_attention_backend
+from minisgl.config import ArgsError
 from minisgl.models.config import ModelError
 from minisgl.process import LaunchError
 
@@ -46,7 +47,7 @@ def test_tp_larger_than_the_machine_can_spawn(tmp_path, tiny_model_dir) -> None:
     config = json.loads((tiny_model_dir("llama") / "config.json").read_text())
     config.update(num_attention_heads=64, num_key_value_heads=64, head_dim=2, intermediate_size=128)
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(LaunchError) as info:
+    with pytest.raises(ArgsError) as info:
         LLM(tmp_path, tp_size=64)
     assert "tp_size=64 needs 64 processes" in _one_line(info.value)
 

@@ -12,13 +12,11 @@ import torch
 
 from minisgl import LLM
 from minisgl.core import Req, SamplingParams
-from minisgl.engine.config import EngineConfig
+from minisgl.config import EngineConfig
 from minisgl.engine.engine import Engine
 from minisgl.engine.precision import resolve_precision
-from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.batch import make_decode_batch, make_prefill_batch
 from minisgl.server.args import parse_args
-from minisgl.testing.engine_runs import InProcessRun
 
 MODEL = "llama"  # GQA 4:1 with 2 KV heads
 PROMPTS = [[1, 5, 9, 200, 17, 4, 4, 81], [1, 300, 301, 302, 9, 9, 9, 40, 7, 12, 13], [1, 77, 78]]
@@ -85,16 +83,12 @@ def test_logits_move_by_the_rounding_of_the_cached_values_only(tiny_model_dir) -
 def test_a_bf16_cache_stays_batch_invariant_when_deterministic(tiny_model_dir) -> None:
     generator = torch.Generator().manual_seed(3)
     prompts = [torch.randint(3, 1001, (n,), generator=generator).tolist() for n in (1, 9, 33, 58, 17, 4)]
-    run = InProcessRun(SchedulerConfig(model_path=tiny_model_dir(MODEL), dtype="float32", kv_cache_dtype="bfloat16",
-                                       deterministic=True, cache="naive", max_prefill_tokens=64, num_pages=4096,
-                                       cpu_threads=1, progress=False))
     greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
-    try:
-        assert run.scheduler.engine.kv_pool.k_buffer.dtype == torch.bfloat16
-        together = run.generate(prompts, greedy)
-        alone = [run.generate([prompt], greedy)[0] for prompt in prompts]
-    finally:
-        run.close()
+    with LLM(tiny_model_dir(MODEL), dtype="float32", kv_cache_dtype="bfloat16", deterministic=True, cache="naive",
+             max_prefill_tokens=64, num_pages=4096, cpu_threads=1, progress=False) as llm:
+        assert llm.backend.engine.kv_pool.k_buffer.dtype == torch.bfloat16
+        together = [out.token_ids for out in llm.generate(prompts, greedy)]
+        alone = [llm.generate([prompt], greedy)[0].token_ids for prompt in prompts]
     assert alone == together  # rounding a stored value does not depend on the batch around it
 
 

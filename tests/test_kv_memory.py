@@ -15,8 +15,6 @@ from minisgl import LLM
 from minisgl.core import SamplingParams
 from minisgl.engine import engine as engine_module
 from minisgl.message import GenerateRequest
-from minisgl.scheduler import SchedulerConfig
-from minisgl.testing.engine_runs import InProcessRun
 
 GREEDY = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
 TINY_POOL = dict(num_pages=110, max_running_requests=8)  # forces retractions and evictions (checked below)
@@ -44,10 +42,10 @@ def _chat(run_generate, first: list[list[int]], questions: list[list[int]], para
 
 def _in_process(model_dir, params=GREEDY, **overrides):
     """(tokens of both rounds, the scheduler's stats, how many pages eviction freed) at tp = 1."""
-    config = {"model_path": model_dir, "dtype": "float32", "progress": False, "num_pages": 4096, **overrides}
-    run = InProcessRun(SchedulerConfig(**config))
+    llm = LLM(model_dir, **{"dtype": "float32", "progress": False, "num_pages": 4096, **overrides})
+    scheduler = llm.backend.scheduler
     evicted: list[int] = []
-    tree = getattr(run.scheduler.cache, "tree", None)
+    tree = getattr(scheduler.cache, "tree", None)
     if tree is not None:
         def recording_evict(count: int, evict=tree.evict) -> list[int]:
             pages = evict(count)
@@ -56,13 +54,14 @@ def _in_process(model_dir, params=GREEDY, **overrides):
 
         tree.evict = recording_evict
     try:
-        tokens = _chat(run.generate, *_turns(), params=params)
-        assert run.scheduler.cache.check()
-        stats = run.scheduler.stats()
+        tokens = _chat(lambda prompts, p: [out.token_ids for out in llm.generate(prompts, p)], *_turns(),
+                       params=params)
+        assert scheduler.cache.check()
+        stats = scheduler.stats()
         assert stats.kv_pages_free + stats.kv_pages_cached == stats.kv_pages_total  # every page came back
         return tokens, stats, len(evicted)
     finally:
-        run.close()
+        llm.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -120,18 +119,19 @@ def test_seeded_sampling_does_not_depend_on_prompt_chunks(qwen3_dir) -> None:
     """A middle chunk of a prompt draws nothing from the request's generator."""
     params = SamplingParams(temperature=1.0, max_tokens=12, seed=9, ignore_eos=True)
     prompts = [list(range(10, 60)), list(range(200, 230))]
-    runs = [InProcessRun(SchedulerConfig(model_path=qwen3_dir, dtype="float32", num_pages=512, progress=False,
-                                         max_prefill_tokens=budget)) for budget in (2048, 7)]
+    runs = [LLM(qwen3_dir, dtype="float32", num_pages=512, progress=False, max_prefill_tokens=budget)
+            for budget in (2048, 7)]
     try:
-        whole, chunked = (run.generate(prompts, params) for run in runs)
+        whole, chunked = ([out.token_ids for out in run.generate(prompts, params)] for run in runs)
     finally:
         for run in runs:
-            run.close()
+            run.shutdown()
     assert chunked == whole
 
 
 def test_a_running_requests_prompt_is_shared_and_still_computes_the_last_token(qwen3_dir) -> None:
-    run = InProcessRun(SchedulerConfig(model_path=qwen3_dir, dtype="float32", num_pages=512, progress=False))
+    llm = LLM(qwen3_dir, dtype="float32", num_pages=512, progress=False)
+    run = llm.backend
     extends: list[list[int]] = []
     forward = run.engine.forward
 
@@ -155,7 +155,7 @@ def test_a_running_requests_prompt_is_shared_and_still_computes_the_last_token(q
         assert tokens[0] == tokens[1] and len(tokens[0]) == GREEDY.max_tokens
         assert run.scheduler.stats().cached_tokens_total == 39
     finally:
-        run.close()
+        llm.shutdown()
 
 
 def test_questions_sent_together_over_one_document_compute_it_once(qwen3_dir) -> None:
@@ -165,20 +165,19 @@ def test_questions_sent_together_over_one_document_compute_it_once(qwen3_dir) ->
     prompts = [document + [7 + i, 8, 9] for i in range(4)]
     extends, tokens = {}, {}
     for cache in ("naive", "radix"):
-        run = InProcessRun(SchedulerConfig(model_path=qwen3_dir, dtype="float32", num_pages=1024, cache=cache,
-                                           progress=False))
-        forward = run.engine.forward
+        llm = LLM(qwen3_dir, dtype="float32", num_pages=1024, cache=cache, progress=False)
+        forward = llm.backend.engine.forward
         extends[cache] = []
 
         def recording(batch, forward=forward, seen=extends[cache]):
             seen.append(list(batch.extend_lens))
             return forward(batch)
 
-        run.engine.forward = recording
+        llm.backend.engine.forward = recording
         try:
-            tokens[cache] = run.generate(prompts, GREEDY)
+            tokens[cache] = [out.token_ids for out in llm.generate(prompts, GREEDY)]
         finally:
-            run.close()
+            llm.shutdown()
     assert tokens["radix"] == tokens["naive"]
     assert extends["naive"][0] == [103] * 4
     assert extends["radix"][:2] == [[103], [3, 3, 3]]
@@ -193,7 +192,8 @@ def test_64_requests_without_max_tokens_all_run_at_once(tmp_path) -> None:
               "num_key_value_heads": 4, "head_dim": 64, "vocab_size": 1000, "max_position_embeddings": 8192,
               "rms_norm_eps": 1e-5, "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": True}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    run = InProcessRun(SchedulerConfig(model_path=tmp_path, dtype="float32", load_format="dummy", progress=False))
+    llm = LLM(tmp_path, dtype="float32", load_format="dummy", progress=False)
+    run = llm.backend
     try:
         pool = run.engine.kv_pool
         assert pool.allocator.num_pages * pool.page_size < 64 * 8192 // 4  # the old admission would queue most
@@ -203,7 +203,7 @@ def test_64_requests_without_max_tokens_all_run_at_once(tmp_path) -> None:
             run.scheduler.step()
         assert len(run.scheduler.running) == 64
     finally:
-        run.close()
+        llm.shutdown()
 
 
 def test_the_default_cpu_budget_counts_memory_the_kernel_can_reclaim(tmp_path, monkeypatch, tiny_model_dir) -> None:
@@ -219,10 +219,11 @@ def test_the_default_cpu_budget_counts_memory_the_kernel_can_reclaim(tmp_path, m
     monkeypatch.undo()
 
     monkeypatch.setattr(engine_module, "available_host_memory", lambda: 2 << 30)  # 20 % of it is the budget
-    run = InProcessRun(SchedulerConfig(model_path=tiny_model_dir("llama"), dtype="float32", progress=False))
+    llm = LLM(tiny_model_dir("llama"), dtype="float32", progress=False)
+    run = llm.backend
     try:
         pool = run.engine.kv_pool
         page_bytes = 2 * pool.k_buffer[:, 0].nbytes * pool.page_size
         assert pool.allocator.num_pages == int(0.2 * (2 << 30) // page_bytes)
     finally:
-        run.close()
+        llm.shutdown()

@@ -21,7 +21,7 @@ import pytest
 
 from minisgl import LLM, SamplingParams
 from minisgl.distributed import DistributedInfo
-from minisgl.engine.config import EngineConfig
+from minisgl.config import EngineConfig
 from minisgl.process.nodes import NODE_PORT_OFFSET, check_dist_init_addr
 from minisgl.testing.server import RunningServer
 from minisgl.utils import free_port

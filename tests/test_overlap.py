@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from minisgl import LLM
 from minisgl.core import SamplingParams
-from minisgl.scheduler import SchedulerConfig
-from minisgl.testing.engine_runs import InProcessRun
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [100, 200, 300], list(range(20, 60)), [7] * 5, [9, 8]]
 CASES = {
@@ -24,12 +23,9 @@ CASES = {
 
 def _run(model_dir, params: list[SamplingParams], overlap: bool) -> list[list[int]]:
     # 3 running at most and a 16-token prefill budget: queueing, chunking and admission mid-decode
-    run = InProcessRun(SchedulerConfig(model_path=model_dir, dtype="float32", num_pages=512, max_running_requests=3,
-                                       max_prefill_tokens=16, overlap_schedule=overlap, progress=False))
-    try:
-        return run.generate(PROMPTS, params) + run.generate(PROMPTS[:2], params[:2])
-    finally:
-        run.close()
+    with LLM(model_dir, dtype="float32", num_pages=512, max_running_requests=3, max_prefill_tokens=16,
+             overlap_schedule=overlap, progress=False) as llm:
+        return [out.token_ids for out in llm.generate(PROMPTS, params) + llm.generate(PROMPTS[:2], params[:2])]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -41,22 +37,21 @@ def test_overlap_gives_the_same_outputs(case: str, tiny_model_dir) -> None:
 
 
 def _decode_batch_sizes(model_dir, overlap: bool) -> list[int]:
-    run = InProcessRun(SchedulerConfig(model_path=model_dir, dtype="float32", num_pages=512, overlap_schedule=overlap,
-                                       progress=False))
+    llm = LLM(model_dir, dtype="float32", num_pages=512, overlap_schedule=overlap, progress=False)
     sizes: list[int] = []
     for name in ("forward", "forward_async"):
-        original = getattr(run.engine, name)
+        original = getattr(llm.backend.engine, name)
 
         def recording(batch, original=original):
             if batch.phase == "decode":
                 sizes.append(batch.size)
             return original(batch)
 
-        setattr(run.engine, name, recording)  # this instance only
+        setattr(llm.backend.engine, name, recording)  # this instance only
     try:
-        run.generate(PROMPTS, CASES["max-tokens"])
+        llm.generate(PROMPTS, CASES["max-tokens"])
     finally:
-        run.close()
+        llm.shutdown()
     return sizes
 
 

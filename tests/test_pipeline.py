@@ -14,10 +14,8 @@ from transformers import LlamaConfig
 
 from minisgl import LLM, SamplingParams
 from minisgl.models.stage import PipelineStage, split_layers
-from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.process import shut_down_ranks
 from minisgl.server.args import ArgsError, check_args, parse_args
-from minisgl.testing.engine_runs import InProcessRun
 from minisgl.testing.server import RunningServer
 from minisgl.testing.tiny_models import build_random_model
 
@@ -68,20 +66,17 @@ def test_two_stages_answer_like_one_process_through_chunks_and_retractions(qwen3
     chunked to 16 tokens, the radix cache on: the tokens of one process with a roomy pool. Seeded
     sampling too (the last stage samples; the others learn the tokens)."""
     sampled = SamplingParams(temperature=1.0, top_k=50, max_tokens=12, seed=5, ignore_eos=True)
-    run = InProcessRun(SchedulerConfig(model_path=qwen3_dir, dtype="float32", progress=False, num_pages=4096,
-                                       cache="naive"))
-    try:
-        expected = _chat(run.generate, *_turns())
-        expected_sampled = run.generate(PROMPTS, sampled)
-    finally:
-        run.close()
+    def generate(prompts, params):
+        return [out.token_ids for out in llm.generate(prompts, params)]
+
+    with LLM(qwen3_dir, dtype="float32", progress=False, num_pages=4096, cache="naive") as llm:
+        expected = _chat(generate, *_turns())
+        expected_sampled = generate(PROMPTS, sampled)
     with LLM(qwen3_dir, pp_size=2, dtype="float32", progress=False, max_prefill_tokens=16, **TINY_POOL) as llm:
-        def generate(prompts, params):
-            return [out.token_ids for out in llm.generate(prompts, params)]
 
         assert _chat(generate, *_turns()) == expected
         assert generate(PROMPTS, sampled) == expected_sampled
-        backend = llm._backend
+        backend = llm.backend
         shut_down_ranks(backend.ranks, backend.addrs, timeout_s=120)  # as `close` does, with time to spare
         assert [p.exitcode for p in backend.ranks] == [0, 0]  # in-flight micro-batches drained, both left cleanly
     assert "KV cache full: retracted" in capfd.readouterr().err

@@ -13,7 +13,7 @@ from safetensors import safe_open
 from minisgl.core import Req, SamplingParams, forward_context
 from minisgl.engine import engine as engine_module
 from minisgl.engine import precision
-from minisgl.engine.config import EngineConfig
+from minisgl.config import EngineConfig
 from minisgl.engine.engine import Engine
 from minisgl.layers.amx_tiles import AmxTileWeight, amx_tiles_available
 from minisgl.layers.linear import linear

@@ -21,7 +21,7 @@ from safetensors import safe_open
 from minisgl import LLM, SamplingParams
 from minisgl.core import Req, forward_context
 from minisgl.engine import precision
-from minisgl.engine.config import EngineConfig
+from minisgl.config import EngineConfig
 from minisgl.engine.engine import Engine
 from minisgl.engine.precision import ProbeResult, choose_precision, resolve_precision
 from minisgl.layers import quantized

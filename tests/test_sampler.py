@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from minisgl.core import GREEDY_BELOW, Req, SamplingError, SamplingParams
-from minisgl.engine.sampler import make_generator, sample
+from minisgl.engine.sampler import sample
 
 VOCAB = 50
 
@@ -18,7 +18,7 @@ VOCAB = 50
 def _req(uid: int = 0, output_ids: list[int] | None = None, **params) -> Req:
     sampling = SamplingParams(**params)
     return Req(uid, [1, 2, 3], sampling, 3 + sampling.max_tokens, output_ids=list(output_ids or []),
-               generator=make_generator(uid))
+               generator=torch.Generator().manual_seed(uid))
 
 
 def sample_every_row(logits: torch.Tensor, reqs: list[Req]) -> list[int]:

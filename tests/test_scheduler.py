@@ -84,14 +84,14 @@ def test_sampling_with_seed_is_identical_across_tp(llama_dir) -> None:
 @pytest.mark.parametrize("cache", ["naive", "radix"])
 def test_abort_frees_the_requests_pages(llama_dir, cache: str) -> None:
     with LLM(llama_dir, dtype="float32", num_pages=1024, cache=cache, progress=False) as llm:
-        scheduler = llm._backend.scheduler
+        scheduler = llm.backend.scheduler
         free_before = scheduler.pool.allocator.num_free
-        llm._backend.submit([GenerateRequest(100, [5, 6, 7], SamplingParams(temperature=0, max_tokens=50,
+        llm.backend.submit([GenerateRequest(100, [5, 6, 7], SamplingParams(temperature=0, max_tokens=50,
                                                                             ignore_eos=True))])
-        llm._backend.collect()  # prefill ran: pages are taken
+        llm.backend.collect()  # prefill ran: pages are taken
         assert scheduler.pool.allocator.num_free < free_before
-        llm._backend.submit([AbortRequest(100)])
-        outputs = llm._backend.collect()
+        llm.backend.submit([AbortRequest(100)])
+        outputs = llm.backend.collect()
         assert any(o.uid == 100 and o.finish_reason == "abort" for o in outputs)
         # the radix cache keeps the prompt's 3 pages for a later request, evictable: used by none
         assert scheduler.cache.num_evictable == (3 if cache == "radix" else 0)
@@ -121,7 +121,7 @@ def test_a_request_whose_sampling_fails_ends_alone_and_frees_its_pages(llama_dir
     params = [SamplingParams(temperature=0.8, max_tokens=12, seed=s, ignore_eos=True) for s in (1, 2, 3)]
     with LLM(llama_dir, dtype="float32", num_pages=1024, progress=False) as llm:
         expected = [out.token_ids for out in llm.generate(prompts, params)]
-        scheduler = llm._backend.scheduler
+        scheduler = llm.backend.scheduler
         free_before = scheduler.pool.allocator.num_free
         real_logits = scheduler.engine.forward_logits
 
@@ -133,7 +133,7 @@ def test_a_request_whose_sampling_fails_ends_alone_and_frees_its_pages(llama_dir
             return logits
 
         monkeypatch.setattr(scheduler.engine, "forward_logits", nan_for_uid_11)
-        done = _run_to_end(llm._backend, [GenerateRequest(10 + i, p, sp) for i, (p, sp) in enumerate(zip(prompts,
+        done = _run_to_end(llm.backend, [GenerateRequest(10 + i, p, sp) for i, (p, sp) in enumerate(zip(prompts,
                                                                                                           params))])
         tokens, reason, error = done[11]
         assert reason == "error" and "non-finite logits" in error and len(tokens) == 3
@@ -145,13 +145,13 @@ def test_a_request_whose_sampling_fails_ends_alone_and_frees_its_pages(llama_dir
 
 def test_a_failing_step_stops_the_rank_naming_its_requests(llama_dir, monkeypatch) -> None:
     with LLM(llama_dir, dtype="float32", num_pages=256, progress=False) as llm:
-        scheduler = llm._backend.scheduler
+        scheduler = llm.backend.scheduler
 
         def lost(batch):
             raise RuntimeError("the device fell off the bus\nmore detail")
 
         monkeypatch.setattr(scheduler.engine, "forward", lost)
-        llm._backend.submit([GenerateRequest(uid, [5, 6, 7], GREEDY) for uid in (41, 42)])
+        llm.backend.submit([GenerateRequest(uid, [5, 6, 7], GREEDY) for uid in (41, 42)])
         with pytest.raises(StepFailed) as info:
             scheduler.step()
     assert str(info.value) == ("a prefill step of request(s) 41, 42 failed: RuntimeError: the device fell off "

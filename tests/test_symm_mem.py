@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from minisgl.distributed.symm_mem import keep_multicast_off, symm_mem_unavailable
-from minisgl.engine.engine import resolve_dist_backend
+from minisgl.distributed import resolve_dist_backend
 
 
 def test_multicast_is_switched_off_unless_the_user_chose(monkeypatch) -> None:

@@ -16,10 +16,9 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
 
+from minisgl import LLM  # noqa: E402
 from minisgl.core import SamplingParams  # noqa: E402
-from minisgl.scheduler import SchedulerConfig  # noqa: E402
 from minisgl.testing.attention_checks import fused_kernel_errors, run_attention_case  # noqa: E402
-from minisgl.testing.engine_runs import InProcessRun  # noqa: E402
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("triton") is None,
@@ -67,12 +66,9 @@ def test_engine_with_triton_backend_and_overlap_matches_torch_backend(tiny_model
     params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
     outputs = []
     for backend, overlap in (("torch", False), ("triton", True)):
-        run = InProcessRun(SchedulerConfig(
-            model_path=tiny_model_dir("llama"), dtype="float32", num_pages=256, attention_backend=backend,
-            overlap_schedule=overlap, max_prefill_tokens=16, progress=False,  # the 40-token prompt is chunked
-        ))
-        outputs.append(run.generate(prompts, params))
-        run.close()
+        with LLM(tiny_model_dir("llama"), dtype="float32", num_pages=256, attention_backend=backend,
+                 overlap_schedule=overlap, max_prefill_tokens=16, progress=False) as llm:  # the 40-token prompt: chunked
+            outputs.append([out.token_ids for out in llm.generate(prompts, params)])
     assert outputs[0] == outputs[1]
 
 
@@ -85,13 +81,10 @@ def test_engine_with_triton_backend_prefix_hits_and_retraction_match_torch_backe
     params = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
     outputs = []
     for backend, cache, num_pages in (("torch", "naive", 256), ("triton", "radix", 15)):
-        run = InProcessRun(SchedulerConfig(
-            model_path=tiny_model_dir("llama"), dtype="float32", num_pages=num_pages, page_size=4,
-            attention_backend=backend, overlap_schedule=True, cache=cache, progress=False,
-        ))
-        outputs.append(run.generate(prompts, params))
-        stats = run.scheduler.stats()
-        run.close()
+        with LLM(tiny_model_dir("llama"), dtype="float32", num_pages=num_pages, page_size=4,
+                 attention_backend=backend, overlap_schedule=True, cache=cache, progress=False) as llm:
+            outputs.append([out.token_ids for out in llm.generate(prompts, params)])
+            stats = llm.backend.scheduler.stats()
     assert stats.retracted_total > 0 and stats.cached_tokens_total > 0
     assert outputs[0] == outputs[1]
 

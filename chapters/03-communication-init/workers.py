@@ -91,7 +91,7 @@ def skip_collective(rank: int, world_size: int) -> float:
 
 def pynccl_all_reduce(rank: int, world_size: int) -> list[float]:
     """minisgl's own PyNCCL communicator (needs one GPU per rank): bootstrap, then one all-reduce."""
-    from minisgl.kernel.pynccl import PyNCCLCommunicator
+    from minisgl.distributed.pynccl import PyNCCLCommunicator
 
     device = torch.device("cuda", rank)
     torch.cuda.set_device(device)

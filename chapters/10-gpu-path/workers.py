@@ -10,7 +10,7 @@ import torch.distributed as dist
 def collectives_in_a_graph(rank: int, world_size: int) -> dict:
     """Capture `all_reduce(x * 2)` once through PyNCCL, replay it on two inputs; then try to capture
     a gloo all-reduce of a CUDA tensor and report what happens. run_ranks made the gloo group."""
-    from minisgl.kernel.pynccl import PyNCCLCommunicator
+    from minisgl.distributed.pynccl import PyNCCLCommunicator
 
     device = torch.device("cuda", rank)
     torch.cuda.set_device(device)

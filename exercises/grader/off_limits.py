@@ -39,7 +39,7 @@ _LOCAL_SIZES = (  # constructors compute the local sizes; the config check names
     "minisgl.kvcache.page_pool:KVCachePool.bytes_per_token",
 )
 _STAGES = ("minisgl.models.stage:split_layers", "minisgl.models.stage:PipelineStage.of",
-           "minisgl.scheduler.process:check_pipeline")
+           "minisgl.config:check_pipeline")
 
 # task id -> "module:qualified.name" of every engine function that implements the task
 OFF_LIMITS: dict[str, tuple[str, ...]] = {
@@ -51,7 +51,7 @@ OFF_LIMITS: dict[str, tuple[str, ...]] = {
         f"{PROCESS}:first_dead", "minisgl.testing.multiprocess:run_ranks",
     ),
     "03-communication-init/unique-id": ("minisgl.distributed.control:broadcast_bytes",
-                                        "minisgl.kernel.pynccl:PyNCCLCommunicator.__init__"),
+                                        "minisgl.distributed.pynccl:PyNCCLCommunicator.__init__"),
     "04-weight-sharding/qkv-gqa": _KV_HEADS + _LOADER,
     "04-weight-sharding/shard-rules": _KV_HEADS + _LOADER + _VOCAB_SHARD,
     "04-weight-sharding/shard-then-merge": _KV_HEADS + _LOADER + _VOCAB_SHARD,
@@ -64,7 +64,7 @@ OFF_LIMITS: dict[str, tuple[str, ...]] = {
     "11-kv-memory/evict": (f"{RADIX}:RadixTree.evict",),
     "12-beyond-one-machine/node-layout": (
         "minisgl.scheduler.process:spawn_ranks", "minisgl.scheduler.process:node_ranks",
-        "minisgl.engine.config:EngineConfig.local_rank.fget", "minisgl.engine.config:EngineConfig.local_world_size.fget",
+        "minisgl.config:EngineConfig.local_rank.fget", "minisgl.config:EngineConfig.local_world_size.fget",
     ),
     "12-beyond-one-machine/dp-dispatch": (
         "minisgl.scheduler.data_parallel:pick_replica", "minisgl.scheduler.data_parallel:Dispatcher.assign",

@@ -1,40 +1,42 @@
-"""Who am I among the tensor-parallel ranks, and every collective a rank makes (chapter 03).
+"""Who am I among the tensor-parallel ranks, the groups I join, and every collective a rank makes
+(chapter 03).
 
-- `impl.py`: the tensor seam the layers call (`all_reduce`, `all_gather`) and its plugins;
+- `impl.py`: `DistributedInfo`, this process's rank and the group size, and the tensor seam the
+  layers call (`all_reduce`, `all_gather`) with its plugins;
+- `groups.py`: `join`, which makes every group a rank needs and picks who runs the collectives;
 - `control.py`: the control-plane collectives over the gloo CPU group (`min_over_ranks`,
-  `broadcast_count`, `barrier`, `broadcast_bytes`);
+  `broadcast_count`, `barrier`, `broadcast_bytes`, `broadcast_json`);
+- `pynccl.py`, `symm_mem.py`: our ctypes NCCL communicator, and the symmetric-memory all-reduce on
+  top of it (chapters 03 and 13); `rendezvous.py`: where the ranks meet (chapter 12);
 - `all_to_all.py`: the all-to-all that sends tokens to their experts' ranks and back (expert
   parallelism, chapter 14);
 - `counter.py`: the communication counter, bytes and time of each collective per forward and layer;
-- `info.py`: `DistributedInfo`, this process's rank and the group size;
 - `peers.py`: who the other ranks are (process, machine, pid), so a failed collective names a dead peer;
 - `pipeline.py`: the point-to-point sends and receives between pipeline stages (chapter 13).
 
-Outside this folder only the process-group setup (`Engine._init_communication`) touches
-`torch.distributed`: `grep -rn "dist\\." minisgl/` shows no other collective.
+Outside this folder nothing touches `torch.distributed`'s collectives or groups:
+`grep -rn "dist\\." minisgl/` shows no other.
 """
 
+from .all_to_all import all_to_all_counts, all_to_all_rows
+from .control import barrier, broadcast_bytes, broadcast_count, broadcast_json, min_over_ranks
+from .counter import COMM_COUNTER, comm_site
+from .groups import Groups, destroy_distributed, join, resolve_dist_backend
 from .impl import (
     DistributedCommunicator,
     DistributedImpl,
-    PyNCCLDistributedImpl,
+    DistributedInfo,
     TorchDistributedImpl,
     all_gather,
     all_reduce,
     collective_counts,
-    destroy_distributed,
     enable_pynccl,
     enable_torch_distributed,
+    get_tp_info,
     reset_collective_counts,
+    set_tp_info,
 )
-from .all_to_all import all_to_all_counts, all_to_all_rows
-from .counter import COMM_COUNTER, comm_site
-from .control import barrier, broadcast_bytes, broadcast_count, min_over_ranks
-from .info import DistributedInfo, get_tp_info, set_tp_info
 from .pipeline import (
-    StageLinks,
-    disable_pipeline,
-    enable_pipeline,
     p2p_counts,
     recv_from_prev_stage,
     recv_step_from_prev_stage,
@@ -50,8 +52,7 @@ __all__ = [
     "DistributedCommunicator",
     "DistributedImpl",
     "DistributedInfo",
-    "PyNCCLDistributedImpl",
-    "StageLinks",
+    "Groups",
     "TorchDistributedImpl",
     "all_gather",
     "all_reduce",
@@ -60,20 +61,21 @@ __all__ = [
     "barrier",
     "broadcast_bytes",
     "broadcast_count",
+    "broadcast_json",
     "collective_counts",
     "comm_site",
     "destroy_distributed",
-    "disable_pipeline",
-    "enable_pipeline",
     "enable_pynccl",
     "enable_torch_distributed",
     "get_tp_info",
+    "join",
     "min_over_ranks",
     "p2p_counts",
     "recv_from_prev_stage",
     "recv_step_from_prev_stage",
     "recv_tokens_from_last_stage",
     "reset_collective_counts",
+    "resolve_dist_backend",
     "send_step_to_next_stage",
     "send_to_next_stage",
     "send_tokens_to_first_stage",

@@ -16,8 +16,7 @@ import torch
 import torch.distributed as dist
 
 from .counter import COMM_COUNTER
-from .impl import DistributedCommunicator, TorchDistributedImpl
-from .info import get_tp_info
+from .impl import DistributedCommunicator, TorchDistributedImpl, get_tp_info
 
 
 def all_to_all_counts(counts: torch.Tensor) -> torch.Tensor:

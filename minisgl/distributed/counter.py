@@ -19,10 +19,12 @@ formula (`tokens · hidden · bytes`), for the LM head's all-gather this rank's 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -148,6 +150,13 @@ class CommCounter:
 
     def to_json(self) -> dict:
         return {phase: stats.to_json() for phase, stats in self.phases.items()}
+
+    def write(self, path: Path, **labels: object) -> None:
+        """What was counted, after `labels` that say whose it is, as JSON at `path`; counting stops."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**labels, "phases": self.to_json()}, indent=1))
+        self.reset()
+        self.configure(counting=False)
 
 
 COMM_COUNTER = CommCounter()

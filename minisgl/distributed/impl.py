@@ -1,29 +1,63 @@
-"""The all-reduce / all-gather seam: layers call two functions, a plugin list decides who runs them.
+"""Who this process is among the tensor-parallel ranks, and the all-reduce / all-gather seam the
+layers call (chapters 02 and 03): all a layer asks of `minisgl.distributed`.
 
-`DistributedCommunicator.plugins` is a list whose last entry wins, as in mini-SGLang: the engine
-appends `TorchDistributedImpl` (gloo or NCCL under torch.distributed) and, on GPUs, may append
-PyNCCL on top. Layers never learn which one runs (chapter 03). Every call is also counted, so
-chapter 07 can show the 2 * layers + 1 all-reduces and 1 all-gather of one forward; with the
-communication counter on (`counter.py`), their bytes and times too.
+`DistributedInfo` is set once per process, before any layer is built, because every TP layer reads
+it in its constructor to decide how large its local shard is (chapter 02).
+
+`DistributedCommunicator.plugins` is a list whose last entry wins, as in mini-SGLang: joining the
+group (`groups.join`) appends `TorchDistributedImpl` (gloo or NCCL under torch.distributed) and, on
+GPUs, may append PyNCCL on top. Layers never learn which one runs (chapter 03). Every call is also
+counted, so chapter 07 can show the 2 * layers + 1 all-reduces and 1 all-gather of one forward; with
+the communication counter on (`counter.py`), their bytes and times too.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
 
 from .counter import COMM_COUNTER
-from .info import get_tp_info
+from .pynccl import PyNCCLCommunicator
 
-if TYPE_CHECKING:
-    from minisgl.kernel.pynccl import PyNCCLCommunicator
+
+@dataclass(frozen=True)
+class DistributedInfo:
+    """Rank `rank` of a group of `size` processes (tensor-parallel, or the stages of a pipeline)."""
+
+    rank: int
+    size: int
+
+    def __post_init__(self) -> None:
+        if self.size < 1 or not 0 <= self.rank < self.size:
+            raise ValueError(f"invalid DistributedInfo(rank={self.rank}, size={self.size})")
+
+    @property
+    def is_primary(self) -> bool:
+        """Rank 0 is the only rank that talks to the tokenizer and detokenizer."""
+        return self.rank == 0
+
+
+_TP_INFO: DistributedInfo | None = None
+
+
+def set_tp_info(rank: int, size: int) -> DistributedInfo:
+    """Record this process's TP position. Call it before constructing any layer."""
+    global _TP_INFO
+    _TP_INFO = DistributedInfo(rank, size)
+    return _TP_INFO
+
+
+def get_tp_info() -> DistributedInfo:
+    """This process's TP position; a single-process default of (0, 1) if none was set."""
+    return _TP_INFO if _TP_INFO is not None else DistributedInfo(0, 1)
 
 
 class DistributedImpl(Protocol):
-    """One way of running collectives over the TP group."""
+    """One way of running collectives over the TP group (PyNCCL's communicator is one as it is)."""
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum `x` over all ranks; every rank gets the sum (may reuse `x`'s storage)."""
@@ -52,23 +86,6 @@ class TorchDistributedImpl:
         return torch.cat(parts, dim=0)
 
 
-class PyNCCLDistributedImpl:
-    """Collectives through our ctypes NCCL communicator (`minisgl.kernel.pynccl`): enqueued on the
-    current CUDA stream, so CUDA graphs capture them."""
-
-    def __init__(self, comm: PyNCCLCommunicator) -> None:
-        self.comm = comm
-
-    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        return self.comm.all_reduce(x)
-
-    def all_gather(self, x: torch.Tensor) -> torch.Tensor:
-        return self.comm.all_gather(x)
-
-    def close(self) -> None:
-        self.comm.close()
-
-
 class DistributedCommunicator:
     """Routes collectives to the last registered plugin and counts them."""
 
@@ -76,31 +93,24 @@ class DistributedCommunicator:
     counts: Counter[str] = Counter()
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        self.counts["all_reduce"] += 1
-        if get_tp_info().size == 1:
-            return x
-        # NCCL and PyNCCL refuse a strided tensor that gloo accepts: one rule for every backend.
-        x, plugin = x.contiguous(), self._plugin("all_reduce")
-        if COMM_COUNTER.enabled:
-            return COMM_COUNTER.run("all_reduce", x, plugin.all_reduce)
-        return plugin.all_reduce(x)
+        return self._run("all_reduce", x)
 
     def all_gather(self, x: torch.Tensor) -> torch.Tensor:
-        self.counts["all_gather"] += 1
+        return self._run("all_gather", x)
+
+    def _run(self, op: str, x: torch.Tensor) -> torch.Tensor:
+        """Collective `op` of `x` over the TP group, counted, by the last plugin."""
+        self.counts[op] += 1
         if get_tp_info().size == 1:
             return x
-        x, plugin = x.contiguous(), self._plugin("all_gather")
-        if COMM_COUNTER.enabled:
-            return COMM_COUNTER.run("all_gather", x, plugin.all_gather)
-        return plugin.all_gather(x)
-
-    def _plugin(self, op: str) -> DistributedImpl:
         if not self.plugins:
             raise RuntimeError(
                 f"minisgl.distributed.{op} at tp size {get_tp_info().size} needs a process group, and this process "
                 "has joined none: run it on real ranks (set_tp_info alone does not connect them)"
             )
-        return self.plugins[-1]
+        # NCCL and PyNCCL refuse a strided tensor that gloo accepts: one rule for every backend.
+        x, collective = x.contiguous(), getattr(self.plugins[-1], op)
+        return COMM_COUNTER.run(op, x, collective) if COMM_COUNTER.enabled else collective(x)
 
 
 _COMM = DistributedCommunicator()
@@ -123,9 +133,7 @@ def enable_torch_distributed(group: dist.ProcessGroup | None = None) -> None:
 
 def enable_pynccl(cpu_group: dist.ProcessGroup, device: torch.device) -> None:
     """Put PyNCCL on top of the plugin list; rank 0's NCCL unique id travels over `cpu_group`."""
-    from minisgl.kernel.pynccl import PyNCCLCommunicator
-
-    DistributedCommunicator.plugins.append(PyNCCLDistributedImpl(PyNCCLCommunicator(cpu_group, device)))
+    DistributedCommunicator.plugins.append(PyNCCLCommunicator(cpu_group, device))
 
 
 def collective_counts() -> dict[str, int]:
@@ -135,17 +143,3 @@ def collective_counts() -> dict[str, int]:
 
 def reset_collective_counts() -> None:
     _COMM.counts.clear()
-
-
-def destroy_distributed() -> None:
-    """Drop every plugin and the pipeline links, then the torch.distributed group (graphs and
-    plugins go first)."""
-    from .pipeline import disable_pipeline  # pipeline.py builds on this module
-
-    disable_pipeline()
-    for plugin in reversed(DistributedCommunicator.plugins):
-        if isinstance(plugin, PyNCCLDistributedImpl):
-            plugin.close()
-    DistributedCommunicator.plugins.clear()
-    if dist.is_initialized():
-        dist.destroy_process_group()

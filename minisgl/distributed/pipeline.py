@@ -20,12 +20,13 @@ collectives and not the control-plane ones; with the communication counter on, i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from .counter import COMM_COUNTER
-from .impl import _COMM
+from .impl import _COMM, DistributedInfo
 
 _TAG_ACTIVATIONS, _TAG_STEP, _TAG_TOKENS = 1, 2, 3
 
@@ -47,10 +48,19 @@ class StageLinks:
 _LINKS: StageLinks | None = None
 
 
-def enable_pipeline(links: StageLinks) -> None:
-    """Make `links` this process's way to its neighbouring stages (the engine calls it once)."""
+def link_stages(tp: DistributedInfo, pp: DistributedInfo, world: dist.ProcessGroup, device: torch.device,
+                timeout: timedelta) -> None:
+    """Link rank `tp.rank` of stage `pp.rank` to the same rank of its neighbouring stages, over the
+    `world` group of every stage's ranks (`groups.join` calls it once)."""
     global _LINKS
-    _LINKS = links
+    rank = pp.rank * tp.size + tp.rank
+    _LINKS = StageLinks(
+        prev=rank - tp.size if pp.rank > 0 else None,
+        next=rank + tp.size if pp.rank < pp.size - 1 else None,
+        first=tp.rank, last=(pp.size - 1) * tp.size + tp.rank,
+        tensor_group=dist.new_group(backend="nccl", timeout=timeout) if device.type == "cuda" else world,
+        control_group=world,
+    )
 
 
 def _links() -> StageLinks:

@@ -10,14 +10,15 @@ One kernel and no NCCL protocol: for a few KiB, latency is all there is. Larger 
 dtypes than bf16 / fp32, and all-gathers go to the plugin below (PyNCCL). Both kernels run on the
 current stream, so CUDA graphs capture them.
 
-NVLink multicast (NVLS) stays off: the machines this course runs on can be taken down by it. The
-engine sets `TORCH_SYMM_MEM_DISABLE_MULTICAST=1` and `NCCL_NVLS_ENABLE=0` before any communicator
-exists (`keep_multicast_off`), this module refuses to run without the first, checks after the
+NVLink multicast (NVLS) stays off: the machines this course runs on can be taken down by it. Joining
+the group (`groups.join`) sets `TORCH_SYMM_MEM_DISABLE_MULTICAST=1` and `NCCL_NVLS_ENABLE=0` before
+any communicator exists (`keep_multicast_off`), this module refuses to run without the first, checks after the
 rendezvous that no multicast address was made, and never calls a `multimem_*` op.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 
@@ -25,6 +26,8 @@ import torch
 import torch.distributed as dist
 
 from .impl import DistributedCommunicator, DistributedImpl
+
+logger = logging.getLogger(__name__)
 
 SYMM_MAX_BYTES = 1 << 20  # up to 1 MiB takes the one-shot kernel: a decode step of 128 tokens x 4096 in bf16
 _DTYPES = (torch.bfloat16, torch.float32)  # what the kernels are built for
@@ -102,8 +105,13 @@ class SymmMemDistributedImpl:
 
 def enable_symm_mem(group: dist.ProcessGroup, device: torch.device) -> None:
     """Put the symmetric-memory all-reduce on top of the plugin list, over the plugin now on top
-    (PyNCCL), which keeps large messages and all-gathers."""
+    (PyNCCL), which keeps large messages and all-gathers; where it cannot run, leave PyNCCL on top
+    with a warning that says why."""
     plugins = DistributedCommunicator.plugins
     if not plugins:
         raise RuntimeError("enable_symm_mem needs a communicator below it (enable PyNCCL first)")
+    reason = symm_mem_unavailable(device)
+    if reason is not None:
+        logger.warning("--dist-backend symm: %s; all-reduces stay on PyNCCL", reason)
+        return
     plugins.append(SymmMemDistributedImpl(group, device, plugins[-1]))

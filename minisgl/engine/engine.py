@@ -10,34 +10,28 @@ and out to the next (`forward_stage`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from minisgl.attention import create_attention_backend
+from minisgl.config import EngineConfig
 from minisgl.core import Batch, Req, forward_context
 from minisgl.distributed import (
     COMM_COUNTER,
-    StageLinks,
+    broadcast_json,
     comm_site,
     destroy_distributed,
-    enable_pipeline,
-    enable_pynccl,
-    enable_torch_distributed,
+    join,
     min_over_ranks,
     recv_from_prev_stage,
     send_to_next_stage,
-    set_tp_info,
     wait_for_sends,
 )
-from minisgl.distributed.symm_mem import enable_symm_mem, keep_multicast_off, symm_mem_unavailable
-from minisgl.distributed.rendezvous import rendezvous
 from minisgl.kernel import cpu_kernels
 from minisgl.kvcache import KVCachePool
 from minisgl.layers import local_kv_heads, use_tp_ops
@@ -49,7 +43,6 @@ from minisgl.models.stage import PipelineStage
 from minisgl.models.weight import load_dummy_weights, load_weights
 from minisgl.trace import TRACE
 
-from .config import EngineConfig
 from .cpu_graph import CpuGraphRunner
 from .cuda_graph import CudaGraphRunner
 from .placeholders import resolve_placeholders
@@ -77,24 +70,24 @@ class TokenFuture:
 
 class Engine:
     def __init__(self, config: EngineConfig) -> None:
+        """`config` as `minisgl.config.resolve_config` checked it; nothing is checked again here."""
         tp = config.tp_info
-        set_tp_info(tp.rank, tp.size)  # first: every layer constructor reads it
         use_tp_ops(config.tp_ops)  # None: the layers' and the loader's own code (chapter 15)
         self.model_path = Path(config.model_path)
         self.model_config = ModelConfig.from_dir(self.model_path).with_moe_parallel(config.moe_parallel)
-        self.model_config.check_tp_size(tp.size)
         self.stage = PipelineStage.of(config.pp_info.rank, config.pp_info.size, self.model_config.num_layers,
                                       self.model_config.tie_word_embeddings)
         self.device = _bind_device(config)
-        self.config = config = resolve_precision(config)  # "auto" measured here, unless the launcher did
+        with TRACE.span("join the group", "process", backend=config.dist_backend):
+            self.groups = join(tp, config.dist_init_addr, self.device, config.dist_backend, pp=config.pp_info,
+                               local_ranks=config.local_world_size, all_to_all=config.moe_parallel == "ep",
+                               timeout_s=config.dist_timeout_s)  # sets the TP info every layer reads
+        # dtype "auto" is measured where the engine runs, once: every rank takes world rank 0's choice
+        self.config = config = _same_on_every_rank(resolve_precision(config) if config.world_rank == 0 else config,
+                                                   self.groups.world)
         self.dtype = resolve_dtype(config.dtype)
         self.kv_dtype = resolve_dtype(config.kv_cache_dtype)  # the model's dtype, or bf16 under fp32 (CPU)
         set_batch_invariant(config.deterministic)
-        self.dist_backend = resolve_dist_backend(config.dist_backend, self.device, tp.size, config.local_world_size,
-                                                 config.moe_parallel)
-        self.world_group: dist.ProcessGroup | None = None  # every rank of every stage (the TP group without PP)
-        with TRACE.span("join the group", "process", backend=self.dist_backend):
-            self.cpu_group = self._init_communication()
         COMM_COUNTER.configure(counting=config.comm_stats_dir is not None)
 
         with TRACE.span("load weights", "process"):
@@ -124,80 +117,6 @@ class Engine:
         self._future_tokens = torch.zeros(2 * config.max_running_requests, dtype=torch.int64, device=self.device)
         self.graph_runner = self._init_cuda_graphs()
         self.cpu_graphs = self._init_cpu_graphs()
-
-    def _init_communication(self) -> dist.ProcessGroup | None:
-        """A gloo group for CPU control messages; tensor collectives on gloo or NCCL (chapter 03).
-        The ranks meet at the store `dist_init_addr`: a file on one machine, node 0's address across
-        machines (chapter 12)."""
-        tp = self.config.tp_info
-        if self.config.world_size == 1:
-            return None
-        timeout = timedelta(seconds=self.config.dist_timeout_s)
-        backend = self.dist_backend
-        if self.device.type == "cuda":
-            keep_multicast_off()  # before the first NCCL or symmetric-memory communicator
-        store = rendezvous(self.config.dist_init_addr, self.config.world_rank, self.config.world_size, timeout)
-        if self.stage.size > 1:
-            return self._init_stage_groups(store, timeout)
-        if backend == "nccl":
-            dist.init_process_group("nccl", store=store, rank=tp.rank, world_size=tp.size, timeout=timeout,
-                                    device_id=self.device)
-            cpu_group = dist.new_group(backend="gloo", timeout=timeout)
-            enable_torch_distributed(dist.group.WORLD)
-            self.world_group = cpu_group
-            return cpu_group
-        # gloo: CPU tensors, and CUDA tensors when ranks share a GPU (staged through host memory)
-        dist.init_process_group("gloo", store=store, rank=tp.rank, world_size=tp.size, timeout=timeout)
-        enable_torch_distributed(dist.group.WORLD)
-        if backend in ("pynccl", "symm"):  # gloo stays below as the CPU group; PyNCCL wins (last plugin)
-            enable_pynccl(dist.group.WORLD, self.device)
-        if backend == "symm":
-            self._enable_symm_mem(dist.group.WORLD)
-        self.world_group = dist.group.WORLD
-        return dist.group.WORLD
-
-    def _init_stage_groups(self, store: dist.Store, timeout: timedelta) -> dist.ProcessGroup:
-        """Pipeline parallelism (chapter 13): the world is gloo (control bytes between stages, the
-        KV size every rank agrees on); each stage is a TP group of its own, with its own collectives;
-        activations travel to the next stage on the world (gloo on CPU, NCCL on GPUs). Returns this
-        stage's gloo TP group."""
-        config, tp, pp = self.config, self.config.tp_info, self.config.pp_info
-        if self.device.type == "cuda" and torch.cuda.device_count() < config.local_world_size:
-            raise ValueError(f"pipeline stages on CUDA need one GPU per rank: {config.local_world_size} ranks, "
-                             f"{torch.cuda.device_count()} GPU(s); use fewer ranks or --device cpu")
-        rank = config.world_rank
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=config.world_size, timeout=timeout)
-        self.world_group = dist.group.WORLD
-        stages = [list(range(s * tp.size, (s + 1) * tp.size)) for s in range(pp.size)]
-        # every rank creates every group, in the same order, even those it is not in
-        cpu_group = [dist.new_group(ranks, backend="gloo", timeout=timeout) for ranks in stages][pp.rank]
-        if self.dist_backend == "nccl":
-            enable_torch_distributed([dist.new_group(r, backend="nccl", timeout=timeout) for r in stages][pp.rank])
-        else:
-            enable_torch_distributed(cpu_group)
-            if self.dist_backend in ("pynccl", "symm"):
-                enable_pynccl(cpu_group, self.device)
-            if self.dist_backend == "symm":
-                self._enable_symm_mem(cpu_group)
-        cuda = self.device.type == "cuda"
-        tensor_group = dist.new_group(backend="nccl", timeout=timeout) if cuda else dist.group.WORLD
-        last_stage = (pp.size - 1) * tp.size
-        enable_pipeline(StageLinks(
-            prev=rank - tp.size if not self.stage.is_first else None,
-            next=rank + tp.size if not self.stage.is_last else None,
-            first=tp.rank, last=last_stage + tp.rank,
-            tensor_group=tensor_group, control_group=dist.group.WORLD,
-        ))
-        return cpu_group
-
-    def _enable_symm_mem(self, group: dist.ProcessGroup) -> None:
-        """The symmetric-memory all-reduce on top of PyNCCL (chapter 13), or PyNCCL alone, with a
-        warning that says why, where it cannot run."""
-        reason = symm_mem_unavailable(self.device)
-        if reason is not None:
-            logger.warning("--dist-backend symm: %s; all-reduces stay on PyNCCL", reason)
-            return
-        enable_symm_mem(group, self.device)
 
     def _load_weights(self) -> None:
         tp = self.config.tp_info
@@ -233,8 +152,8 @@ class Engine:
         else:
             budget = config.kv_memory_gb * (1 << 30) if config.kv_memory_gb else self._default_kv_budget()
             num_pages = int(budget // page_bytes)
-        if self.world_group is not None:  # every stage too: they mirror one scheduler
-            num_pages = min_over_ranks(num_pages, self.world_group)
+        if self.groups.world is not None:  # every stage too: they mirror one scheduler
+            num_pages = min_over_ranks(num_pages, self.groups.world)
         return num_pages
 
     def _default_kv_budget(self) -> float:
@@ -265,7 +184,7 @@ class Engine:
         if not self.attn_backend.supports_cuda_graph:
             logger.warning("CUDA graphs need the triton or flashinfer attention backend; running decode eagerly")
             return None
-        if self.config.tp_info.size > 1 and self.dist_backend == "gloo":
+        if self.config.tp_info.size > 1 and self.groups.backend == "gloo":
             logger.warning("gloo collectives cannot be captured in a CUDA graph; running decode eagerly")
             return None
         with torch.inference_mode():
@@ -397,16 +316,11 @@ class Engine:
         (`comm-dp{replica}-tp{rank}.json` with data parallelism, `comm-pp{stage}-tp{rank}.json` with
         pipeline stages)."""
         config, tp, pp = self.config, self.config.tp_info, self.config.pp_info
-        folder = Path(config.comm_stats_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        report = {"tp_rank": tp.rank, "tp_size": tp.size, "dp_rank": config.dp_rank, "dp_size": config.dp_size,
-                  "pp_rank": pp.rank, "pp_size": pp.size,
-                  "dist_backend": self.dist_backend, "device": str(self.device), "phases": COMM_COUNTER.to_json()}
         replica = f"dp{config.dp_rank}-" if config.dp_size > 1 else ""
         stage = f"pp{pp.rank}-" if pp.size > 1 else ""
-        (folder / f"comm-{replica}{stage}tp{tp.rank}.json").write_text(json.dumps(report, indent=1))
-        COMM_COUNTER.reset()
-        COMM_COUNTER.configure(counting=False)
+        COMM_COUNTER.write(Path(config.comm_stats_dir) / f"comm-{replica}{stage}tp{tp.rank}.json",
+                           tp_rank=tp.rank, tp_size=tp.size, dp_rank=config.dp_rank, dp_size=config.dp_size,
+                           pp_rank=pp.rank, pp_size=pp.size, dist_backend=self.groups.backend, device=str(self.device))
 
 
 def available_host_memory(meminfo: Path = Path("/proc/meminfo")) -> int:
@@ -432,38 +346,19 @@ def resolve_dtype(name: str) -> torch.dtype:
     return dtypes[name]
 
 
-def resolve_dist_backend(
-    name: str, device: torch.device, tp_size: int, local_ranks: int, moe_parallel: str = "tp"
-) -> str:
-    """`auto`: PyNCCL when each of the `local_ranks` processes on this machine has its own GPU, else
-    gloo (CPU, or ranks sharing a GPU: NCCL refuses two ranks on one device). Expert parallelism
-    needs an all-to-all, which our PyNCCL (and the symmetric-memory path above it) lacks: with it,
-    `auto` takes torch's NCCL instead."""
-    backends = ("auto", "gloo", "nccl", "pynccl", "symm")
-    if name not in backends:
-        raise ValueError(f"unknown dist backend {name!r}; available: {', '.join(backends)}")
-    own_gpu = device.type == "cuda" and torch.cuda.device_count() >= local_ranks
-    if name == "auto":
-        if own_gpu and tp_size > 1:
-            return "nccl" if moe_parallel == "ep" else "pynccl"
-        return "gloo"
-    if name in ("pynccl", "symm") and moe_parallel == "ep" and tp_size > 1:
-        raise ValueError(f"--moe-parallel ep needs an all-to-all, which {name} lacks; use --dist-backend nccl or auto")
-    if name in ("nccl", "pynccl", "symm") and not own_gpu:
-        where = "a CPU" if device.type != "cuda" else f"{torch.cuda.device_count()} GPU(s) for {local_ranks} ranks"
-        raise ValueError(f"dist backend {name!r} needs one GPU per rank, got {where}; use --dist-backend gloo")
-    return name
+def _same_on_every_rank(config: EngineConfig, world: dist.ProcessGroup | None) -> EngineConfig:
+    """`config` with world rank 0's precision: ranks that chose apart could not add their partial sums."""
+    if world is None:
+        return config
+    names = ("dtype", "matmul_dtype", "kv_cache_dtype", "quantization", "max_quantized_rows")
+    return dataclasses.replace(config, **broadcast_json({n: getattr(config, n) for n in names}, world))
 
 
 def _bind_device(config: EngineConfig) -> torch.device:
-    if config.device == "cpu":
-        torch.set_num_threads(config.rank_cpu_threads)
-        return torch.device("cpu")
     if config.device == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError("--device cuda, but torch sees no CUDA GPU; use --device cpu")
         # several ranks may share one GPU (gloo only): local rank r -> GPU r mod count
         device = torch.device(f"cuda:{config.local_rank % torch.cuda.device_count()}")
         torch.cuda.set_device(device)
         return device
-    raise ValueError(f"unknown device {config.device!r}; use cpu or cuda")
+    torch.set_num_threads(config.rank_cpu_threads)
+    return torch.device("cpu")

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from minisgl.config import EngineConfig
 from minisgl.kernel import cpu_kernels
 from minisgl.layers import local_kv_heads, vocab_shard_size
 from minisgl.layers.base import Weight
@@ -40,7 +41,6 @@ from minisgl.models.config import ModelConfig
 from minisgl.models.gguf_weights import find_model_gguf
 from minisgl.utils import minisgl_cache_dir
 
-from .config import EngineConfig
 
 PROBE_ROWS = (1, 2, 4, 8, 16, 32)  # batch sizes (rows per matmul) the probe times
 SCORE_ROWS = (1, 32)  # a single chat and a busy batch weigh equally in the choice

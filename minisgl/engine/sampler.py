@@ -79,9 +79,3 @@ def _adjusted(logits: torch.Tensor, req: Req) -> torch.Tensor:
         counts = torch.bincount(generated, minlength=logits.shape[-1]).to(logits.dtype)  # [vocab]
         logits = logits - params.frequency_penalty * counts - params.presence_penalty * (counts > 0).to(logits.dtype)
     return logits
-
-
-def make_generator(seed: int) -> torch.Generator:
-    generator = torch.Generator(device="cpu")
-    generator.manual_seed(seed)
-    return generator

@@ -1,8 +1,7 @@
-"""Kernels: on CUDA, Triton attention, KV-store and fused elementwise kernels (`minisgl.kernel.triton`)
-and the ctypes NCCL wrapper (`minisgl.kernel.pynccl`), both imported lazily so a CPU-only install
-never loads them; on the CPU, minisgl's own C kernels (`minisgl.kernel.cpu`: quantized GEMV, fused
-elementwise work, decode attention), compiled on first use. Chapter 10 teaches the kernels, chapter
-04 the quantized ones, chapter 03 PyNCCL.
+"""Kernels: on CUDA, Triton attention, KV-store and fused elementwise kernels (`minisgl.kernel.triton`),
+imported lazily so a CPU-only install never loads them; on the CPU, minisgl's own C kernels
+(`minisgl.kernel.cpu`: quantized GEMV, fused elementwise work, decode attention), compiled on first
+use. Chapter 10 teaches the kernels, chapter 04 the quantized ones.
 """
 
 from __future__ import annotations

@@ -4,10 +4,11 @@ and stopped exactly as the server does (chapters 00 and 12)."""
 
 from __future__ import annotations
 
+from minisgl.config import SchedulerConfig
 from minisgl.engine.engine import Engine
 from minisgl.message import IpcAddresses, Message, PullQueue, PushQueue, SchedulerStats, TokenOutput
 from minisgl.process import ChildGroup
-from minisgl.scheduler import LocalIO, Scheduler, SchedulerConfig
+from minisgl.scheduler import LocalIO, Scheduler
 from minisgl.scheduler.data_parallel import spawn_schedulers
 from minisgl.scheduler.process import shut_down_ranks
 
@@ -17,11 +18,13 @@ STOP_TIMEOUT_S = 5.0
 
 
 class InProcessBackend:
-    """One scheduler in this process, stepped by the caller; nothing to spawn at tp = 1."""
+    """One scheduler in this process, stepped by the caller; nothing to spawn at tp = 1. The one
+    place that drives a `Scheduler` in-process: tests and benchmarks reach it through `LLM.backend`."""
 
     def __init__(self, config: SchedulerConfig) -> None:
         self.io = LocalIO()
-        self.scheduler = Scheduler(config, Engine(config), self.io)
+        self.engine = Engine(config)
+        self.scheduler = Scheduler(self.engine.config, self.engine, self.io)
 
     def submit(self, messages: list[Message]) -> None:
         self.io.inbox.extend(messages)
@@ -36,7 +39,7 @@ class InProcessBackend:
         return self.scheduler.stats()
 
     def close(self) -> None:
-        self.scheduler.engine.shutdown()
+        self.engine.shutdown()
 
 
 class MultiProcessBackend:
@@ -44,14 +47,14 @@ class MultiProcessBackend:
     rank 0 (or the controller) and pulls the outputs (there is no detokenizer offline: this process
     reads rank 0's `TokenOutput`s at the detokenizer's address)."""
 
-    def __init__(self, config: SchedulerConfig, dp_policy: str) -> None:
+    def __init__(self, config: SchedulerConfig) -> None:
         self.group = ChildGroup(config.trace_dir)
         self.addrs = IpcAddresses.in_dir(self.group.ipc_dir)
         self.outputs = PullQueue(self.addrs.detokenizer)
         self.requests = PushQueue(self.addrs.scheduler)
         self.last_stats: SchedulerStats | None = None
         try:
-            self.ranks = spawn_schedulers(self.group, config, self.addrs, dp_policy)
+            self.ranks = spawn_schedulers(self.group, config, self.addrs)
             self.group.wait_ready(START_TIMEOUT_S)
         except BaseException:
             self.group.stop()  # (wait_ready stops a group that fails; a second stop does nothing)

@@ -12,17 +12,14 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
+from minisgl.config import SchedulerConfig, resolve_config
 from minisgl.core import SamplingParams, check_request
 from minisgl.distributed import DistributedInfo
-from minisgl.engine.precision import resolve_precision
 from minisgl.message import GenerateRequest, SchedulerStats, TokenOutput
 from minisgl.models.config import ModelConfig
 from minisgl.process.start import start_child_server
-from minisgl.scheduler import SchedulerConfig
-from minisgl.scheduler.data_parallel import pick_replica
-from minisgl.scheduler.process import check_pipeline, check_ranks_fit_machine
 from minisgl.tokenizer import encode_chat, encode_text
-from minisgl.trace import TRACE, check_trace_dir
+from minisgl.trace import TRACE
 
 from .backends import InProcessBackend, MultiProcessBackend
 
@@ -39,7 +36,12 @@ class LLM:
     """An engine on `model` (None: the embedded SmolLM2) with `tp_size` ranks on `device` in each of
     `pp_size` pipeline stages; `dp_size` replicas of them, which get the requests by `dp_policy`
     ("round-robin" or "least-load"). With a `trace` folder, every process records its timeline,
-    merged into `trace/trace.json` at `shutdown` (`minisgl.trace`)."""
+    merged into `trace/trace.json` at `shutdown` (`minisgl.trace`). Any other `SchedulerConfig` field
+    may be given by name (`num_pages=512`, `dist_backend="gloo"`, ...).
+
+    `config` is the checked launch config (`minisgl.config.resolve_config`); at tp = 1 it is the
+    engine's, with dtype "auto" as measured. `backend` drives the schedulers: `InProcessBackend`
+    (its `engine`, `scheduler` and `io` are there to look into) or `MultiProcessBackend`."""
 
     def __init__(
         self,
@@ -59,36 +61,31 @@ class LLM:
             model = ensure_default_model()
         self.model_path = Path(model)
         self.trace_dir = None if trace is None else Path(trace)
-        self.model_config = ModelConfig.from_dir(self.model_path)  # bad dirs fail here, before any spawn
-        self.model_config.check_tp_size(tp_size)
-        check_pipeline(self.model_config, pp_size, dp_size)
-        internal = {"model_path", "tp_info", "pp_info", "dp_rank", "nnodes", "trace_dir"}
+        # one machine: the ranks, their store and their stage groups are this process's to place
+        internal = {"model_path", "tp_info", "pp_info", "dp_rank", "nnodes", "dist_init_addr", "trace_dir"}
         known = {f.name for f in fields(SchedulerConfig)} - internal
         unknown = sorted(set(engine_args) - known)
         if unknown:
             raise TypeError(f"unknown engine argument(s) {unknown}; known: {sorted(known)}")
-        if dp_size < 1:
-            raise ValueError(f"dp_size must be at least 1, got {dp_size}")
-        pick_replica(dp_policy, [0], 0)  # an unknown policy fails here, before any spawn
-        check_ranks_fit_machine(tp_size, device, dp_size, pp_size=pp_size)
-        if trace is not None:
-            check_trace_dir(trace)
+        # every launch setting checked before any spawn (tp vs heads, backends, the machine, ...)
+        self.config = config = resolve_config(SchedulerConfig(
+            model_path=self.model_path, tp_info=DistributedInfo(0, tp_size), pp_info=DistributedInfo(0, pp_size),
+            device=device, dtype=dtype, dp_size=dp_size, dp_policy=dp_policy,
+            trace_dir=None if trace is None else str(trace), **engine_args))
+        self.model_config = ModelConfig.from_dir(self.model_path)
         in_process = tp_size == 1 and dp_size == 1 and pp_size == 1
         if not in_process:
-            start_child_server()  # its imports overlap our tokenizer load and precision choice below
+            start_child_server()  # its imports overlap our tokenizer load below
         self.tokenizer = _load_tokenizer(self.model_path)
-        config = SchedulerConfig(model_path=self.model_path, tp_info=DistributedInfo(0, tp_size),
-                                 pp_info=DistributedInfo(0, pp_size), device=device, dtype=dtype, dp_size=dp_size,
-                                 trace_dir=None if trace is None else str(trace), **engine_args)
-        # dtype / quantization "auto" measured once here, so every rank gets the same answer
-        self.config = config = resolve_precision(config)
         if trace is not None:
             TRACE.start(trace, "minisgl-llm")  # before the backend: at tp = 1 the engine's start-up is ours
         try:
-            self._backend = InProcessBackend(config) if in_process else MultiProcessBackend(config, dp_policy)
+            self.backend = InProcessBackend(config) if in_process else MultiProcessBackend(config)
         except BaseException:
             TRACE.stop()
             raise
+        if in_process:
+            self.config = self.backend.engine.config  # with dtype "auto" as the engine measured it
         self._uids = itertools.count()
 
     def generate(
@@ -128,17 +125,17 @@ class LLM:
         """Send one prompt now and return its uid; its tokens arrive through `collect`. For a client
         that sends a request when an earlier one has finished, as a chat does (chapter 11)."""
         request = self._request(self._token_ids(prompt), sampling_params or SamplingParams())
-        self._backend.submit([request])
+        self.backend.submit([request])
         return request.uid
 
     def collect(self) -> list[TokenOutput]:
         """The outputs of submitted requests that arrived since the last call (at least one: it waits)."""
-        return self._backend.collect()
+        return self.backend.collect()
 
     def stats(self) -> SchedulerStats:
         """Rank 0's counters (`/metrics`'s, chapter 11): exact at tp = 1; with spawned ranks, the last
         report `collect` saw (rank 0 sends one about once a second)."""
-        return self._backend.stats()
+        return self.backend.stats()
 
     def _token_ids(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, list):
@@ -163,11 +160,11 @@ class LLM:
         # traced before the submit: once sent, the ranks may act on them while this process waits for a core
         if TRACE.enabled:
             TRACE.instant("request in", "request", uids=[r.uid for r in requests])
-        self._backend.submit(list(requests))
+        self.backend.submit(list(requests))
         tokens: dict[int, list[int]] = {r.uid: [] for r in requests}
         finished: dict[int, tuple[list[int], str | None]] = {}
         while len(finished) < len(requests):
-            for output in self._backend.collect():
+            for output in self.backend.collect():
                 self._absorb(output, tokens, finished)
         return finished
 
@@ -181,7 +178,7 @@ class LLM:
             TRACE.instant("request out", "request", uid=output.uid, reason=output.finish_reason)
 
     def shutdown(self) -> None:
-        backend, self._backend = getattr(self, "_backend", None), None
+        backend, self.backend = getattr(self, "backend", None), None
         if backend is not None:
             backend.close()
             if self.trace_dir is not None:

@@ -64,12 +64,12 @@ class ChildGroup:
     def wait_ready(self, timeout_s: float, fix: str = "") -> None:
         """Return once every child acked ready; otherwise stop them all and raise (`wait_for_acks`)."""
         try:
-            wait_for_acks(self.children, self._acks, timeout_s, fix)
+            details = wait_for_acks(self.children, self._acks, timeout_s, fix)
         except BaseException:
             self.stop()
             raise
-        for process in self.processes:
-            logger.info("started %s (pid %d)", process.name, process.pid)
+        for name, process in self.children.items():  # a rank's detail: its KV pages, what dtype "auto" became
+            logger.info("started %s (pid %d)%s", name, process.pid, f": {details[name]}" if details[name] else "")
 
     def check_alive(self) -> None:
         """Raise `ChildDied` naming a child that exited (none ever should while the group runs)."""
@@ -96,12 +96,14 @@ def check_main_is_importable() -> None:
         )
 
 
-def wait_for_acks(children: Mapping[Hashable, BaseProcess], acks: Any, timeout_s: float, fix: str = "") -> None:
-    """Return once every child acked ("ready", key, detail) on `acks`. Raise `LaunchError` naming the
-    child (by its process name) that acked ("error", key, detail), that exited (checked between
-    acks: a child killed by the OS never acks), or that has not acked after `timeout_s` (`fix` says
-    how to give it more time)."""
-    ready: set[Hashable] = set()
+def wait_for_acks(
+    children: Mapping[Hashable, BaseProcess], acks: Any, timeout_s: float, fix: str = ""
+) -> dict[Hashable, str]:
+    """Return once every child acked ("ready", key, detail) on `acks`: each key's detail. Raise
+    `LaunchError` naming the child (by its process name) that acked ("error", key, detail), that
+    exited (checked between acks: a child killed by the OS never acks), or that has not acked after
+    `timeout_s` (`fix` says how to give it more time)."""
+    ready: dict[Hashable, str] = {}
     deadline = time.monotonic() + timeout_s
     while len(ready) < len(children):
         try:
@@ -111,7 +113,7 @@ def wait_for_acks(children: Mapping[Hashable, BaseProcess], acks: Any, timeout_s
         if status == "error":
             raise LaunchError(f"{children[key].name} failed to start: {detail}")
         if status == "ready":
-            ready.add(key)
+            ready[key] = detail
             continue
         culprit = first_dead(list(children.values()))
         if culprit is not None:
@@ -121,6 +123,7 @@ def wait_for_acks(children: Mapping[Hashable, BaseProcess], acks: Any, timeout_s
             waiting = [p.name for k, p in children.items() if k not in ready]
             hint = f" ({fix})" if fix else ""
             raise LaunchError(f"{', '.join(waiting)} did not start within {timeout_s:.0f} s{hint}")
+    return ready
 
 
 def _raise_error_ack(children: Mapping[Hashable, BaseProcess], acks: Any) -> None:

@@ -22,6 +22,7 @@ import dataclasses
 import itertools
 from multiprocessing.process import BaseProcess
 
+from minisgl.config import DP_POLICIES, SchedulerConfig
 from minisgl.message import (
     AbortRequest,
     FinishedRequests,
@@ -33,11 +34,7 @@ from minisgl.message import (
 )
 from minisgl.process import ChildGroup, Ready
 
-from .config import SchedulerConfig
 from .process import spawn_ranks
-
-DP_POLICIES = ("round-robin", "least-load")
-
 
 def pick_replica(policy: str, loads: list[int], num_sent: int) -> int:
     """The replica the next request goes to: `loads[i]` is replica i's unfinished requests,
@@ -101,14 +98,14 @@ def run_controller(addrs: IpcAddresses, num_replicas: int, policy: str, ready: R
 
 
 def spawn_schedulers(
-    group: ChildGroup, config: SchedulerConfig, addrs: IpcAddresses, dp_policy: str, node_rank: int = 0
+    group: ChildGroup, config: SchedulerConfig, addrs: IpcAddresses, node_rank: int = 0
 ) -> list[BaseProcess]:
     """Start every scheduler process of this node as children of `group`, without waiting for their
     acks: this node's ranks of the one TP group, or, with `config.dp_size` > 1, the controller and
     the replicas. Returns every process a shutdown must wait for."""
     if config.dp_size == 1:
         return spawn_ranks(group, config, addrs, node_rank)
-    controller = group.spawn("minisgl-dp-controller", run_controller, addrs, config.dp_size, dp_policy)
+    controller = group.spawn("minisgl-dp-controller", run_controller, addrs, config.dp_size, config.dp_policy)
     ranks = []
     for replica in range(config.dp_size):
         ranks += spawn_ranks(group, dataclasses.replace(config, dp_rank=replica), addrs.for_replica(replica))

@@ -1,6 +1,7 @@
 """How a scheduler rank gets its messages and sends its results (chapter 06).
 
-- `LocalIO`: in-process queues, for the offline `LLM` at tp = 1.
+- `SchedulerIO`: what a scheduler asks of its IO (`LocalIO` in `local_io.py` is the in-process one,
+  `StageIO` in `pipeline.py` a pipeline stage's);
 - `ZmqIO`: rank 0 pulls from its ZMQ queue, broadcasts the *count* of new messages over the gloo
   CPU group (`broadcast_count`), then publishes the message *bytes* over ZMQ PUB; other ranks
   receive the count from the same collective, then read exactly that many messages from their SUB
@@ -10,7 +11,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import replace
 from typing import Protocol
 
@@ -49,27 +49,6 @@ class SchedulerIO(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-class LocalIO:
-    def __init__(self) -> None:
-        self.inbox: deque[Message] = deque()
-        self.outbox: list[TokenOutput] = []
-        self.stats: SchedulerStats | None = None  # the latest
-
-    def receive(self, blocking: bool) -> list[Message]:
-        messages = list(self.inbox)
-        self.inbox.clear()
-        return messages
-
-    def send(self, outputs: list[TokenOutput]) -> None:
-        self.outbox.extend(outputs)
-
-    def send_stats(self, stats: SchedulerStats) -> None:
-        self.stats = stats
-
-    def close(self) -> None:
-        pass
 
 
 class ZmqIO:

@@ -40,20 +40,22 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from itertools import chain
+from typing import TYPE_CHECKING
 
 import torch
 
+from minisgl.config import SchedulerConfig
 from minisgl.core import Batch, Req, RequestError
-from minisgl.engine.engine import Engine, TokenFuture
-from minisgl.engine.sampler import make_generator
 from minisgl.kvcache import create_prefix_cache
 from minisgl.message import AbortRequest, GenerateRequest, Message, SchedulerStats, ShutdownRequest, TokenOutput
 from minisgl.trace import TRACE
 
 from .batch import make_decode_batch, make_prefill_batch
-from .config import SchedulerConfig
 from .io import SchedulerIO
 from .kv_budget import KVBudget
+
+if TYPE_CHECKING:  # the launcher imports this package; only a rank's process builds an engine
+    from minisgl.engine.engine import Engine, TokenFuture
 
 logger = logging.getLogger(__name__)
 
@@ -175,7 +177,8 @@ class Scheduler:
         known here alone."""
         max_total = self.kv.max_total_len(len(message.input_ids), message.sampling.max_tokens)
         seed = message.sampling.seed if message.sampling.seed is not None else self.config.seed + message.uid
-        return Req(message.uid, list(message.input_ids), message.sampling, max_total, generator=make_generator(seed))
+        generator = torch.Generator().manual_seed(seed)  # the same draws on every rank (engine/sampler.py)
+        return Req(message.uid, list(message.input_ids), message.sampling, max_total, generator=generator)
 
     def _abort(self, uid: int) -> None:
         for req in [*self.waiting, *self.prefilling, *self.running.values()]:

@@ -1,5 +1,6 @@
 """`python -m minisgl` command-line arguments -> `ServerArgs`, and the checks that must fail before
-anything is spawned (chapter 02).
+anything is spawned (chapter 02): the server's own here, every launch setting in
+`minisgl.config.resolve_config`, the one place the CLI and `LLM(...)` share.
 
 As in mini-SGLang, the parent's scheduler config carries `tp_info = DistributedInfo(0, tp_size)`;
 the launcher replaces it by `DistributedInfo(rank, tp_size)` for each rank it spawns.
@@ -14,29 +15,17 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
-from minisgl.attention.base import BACKENDS, resolve_attention_backend
+from minisgl.attention.base import BACKENDS
+from minisgl.config import DP_POLICIES, DTYPES, ArgsError, SchedulerConfig, resolve_config
 from minisgl.distributed import DistributedInfo
-from minisgl.engine.config import EngineConfig
-from minisgl.engine.engine import resolve_dist_backend
-from minisgl.engine.precision import resolve_precision
+from minisgl.distributed.groups import DIST_BACKENDS
 from minisgl.kvcache import CACHES
-from minisgl.models.config import MOE_PARALLEL, ModelConfig
-from minisgl.process.nodes import check_dist_init_addr
-from minisgl.scheduler import SchedulerConfig
-from minisgl.scheduler.data_parallel import DP_POLICIES
-from minisgl.scheduler.process import check_pipeline, check_ranks_fit_machine
-from minisgl.trace import check_trace_dir
+from minisgl.models.config import MOE_PARALLEL
 
 from .limits import DEFAULT_MAX_BODY_MB, DEFAULT_READ_TIMEOUT_S, check_http_limits
 
 DEFAULT_PORT = 8000
 API_KEY_ENV = "MINISGL_API_KEY"
-
-
-class ArgsError(ValueError):
-    """An invalid flag or combination of flags; the message names the fix."""
 
 
 @dataclass
@@ -52,7 +41,6 @@ class ServerArgs:
     log_level: str = "info"
     shell: bool = False
     node_rank: int = 0  # this machine's place in a multi-node run; node 0 serves HTTP (chapter 12)
-    dp_policy: str = "round-robin"  # which replica gets each request when dp_size > 1 (chapter 12)
     max_body_mb: float = DEFAULT_MAX_BODY_MB  # a larger HTTP body is a 413, unread (limits.py)
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S  # a slower header, or a longer pause in a body, closes
 
@@ -83,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a mixture-of-experts model's experts: tp = split each expert across the ranks (one "
                             "all-reduce), ep = whole experts per rank, tokens sent to them by all-to-all "
                             "(default: %(default)s)")
-    model.add_argument("--dtype", default=defaults.dtype, choices=["auto", "float32", "bfloat16", "float16"],
+    model.add_argument("--dtype", default=defaults.dtype, choices=list(DTYPES),
                        help="weights and KV dtype; auto = bfloat16 on CUDA, on a CPU what a start-up probe "
                             "(cached per CPU) measures fastest")
     model.add_argument("--deterministic", action="store_true",
@@ -105,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "(default: 1)")
     parallel.add_argument("--dp-size", "--data-parallel-size", dest="dp_size", type=int, default=1, metavar="N",
                           help="data-parallel replicas, each with its own tp ranks and KV cache (default: 1)")
-    parallel.add_argument("--dp-policy", default="round-robin", choices=list(DP_POLICIES),
+    parallel.add_argument("--dp-policy", default=defaults.dp_policy, choices=list(DP_POLICIES),
                           help="which replica gets each request: round-robin, or the one with the fewest "
                                "waiting + running requests (default: round-robin)")
     parallel.add_argument("--nnodes", type=int, default=1, metavar="N",
@@ -118,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     parallel.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                           help="auto = cuda when torch sees a GPU, else cpu")
     parallel.add_argument("--dist-backend", default=defaults.dist_backend,
-                          choices=["auto", "gloo", "nccl", "pynccl", "symm"],
+                          choices=list(DIST_BACKENDS),
                           help="tensor collectives; auto = pynccl with one GPU per rank, else gloo; symm = pynccl "
                                "with PyTorch's symmetric-memory one-shot all-reduce for messages up to 1 MiB")
     parallel.add_argument("--attention-backend", "--attn", dest="attention_backend",
@@ -199,16 +187,14 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         model_path = ensure_default_model()
     else:
         model_path = Path(ns.model).expanduser()
-    device = ns.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     scheduler = SchedulerConfig(
         model_path=model_path,
         tp_info=DistributedInfo(0, ns.tp_size),
         pp_info=DistributedInfo(0, ns.pp_size),
         nnodes=ns.nnodes,
         dp_size=ns.dp_size,
-        device=device,
+        dp_policy=ns.dp_policy,
+        device=ns.device,
         dtype=ns.dtype,
         quantization=ns.quantization,
         matmul_dtype=ns.matmul_dtype,
@@ -224,7 +210,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         overlap_schedule=False if ns.disable_overlap_schedule else None,
         comm_stats_dir=ns.comm_stats_dir,
         trace_dir=ns.trace,
-        **({"dist_init_addr": ns.dist_init_addr} if ns.dist_init_addr else {}),  # as typed: errors quote it
+        dist_init_addr=ns.dist_init_addr or "",  # as typed (tcp:// or not): its errors quote it
         load_format=ns.load_format,
         moe_parallel=ns.moe_parallel,
         seed=ns.seed,
@@ -244,7 +230,6 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         log_level=ns.log_level,
         shell=ns.shell,
         node_rank=ns.node_rank,
-        dp_policy=ns.dp_policy,
         max_body_mb=ns.max_body_mb,
         read_timeout_s=ns.read_timeout,
     )
@@ -252,83 +237,23 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
 
 def check_args(args: ServerArgs) -> ServerArgs:
     """Every check that needs no child process; raises `ArgsError` (or `ModelError`) with one line.
-    Returns `args` with `served_model_name` filled in."""
-    config = args.scheduler
-    positive = {"--tp-size": config.tp_info.size, "--pp-size": config.pp_info.size, "--dp-size": config.dp_size,
-                "--nnodes": config.nnodes,
-                "--num-tokenizers": args.num_tokenizers,
-                "--max-running-requests": config.max_running_requests,
-                "--max-prefill-tokens": config.max_prefill_tokens, "--page-size": config.page_size,
-                "--max-pending-requests": args.max_pending_requests}
-    for flag, value in positive.items():
+    Returns `args` with the resolved launch settings (`resolve_config`) and `served_model_name`."""
+    for flag, value in {"--num-tokenizers": args.num_tokenizers,
+                        "--max-pending-requests": args.max_pending_requests}.items():
         if value < 1:
             raise ArgsError(f"{flag} must be at least 1, got {value}")
-    for kind, value in (("CUDA", config.cuda_graph_max_bs), ("CPU", config.cpu_graph_max_bs)):
-        if value is not None and value < 0:
-            raise ArgsError(f"--{kind.lower()}-graph-max-bs must be >= 0 (0 disables {kind} graphs), got {value}")
-    if config.num_pages is not None and config.num_pages < 2:
-        raise ArgsError(f"--num-pages must be at least 2 (one page is reserved), got {config.num_pages}")
-    if config.kv_memory_gb is not None and config.kv_memory_gb <= 0:
-        raise ArgsError(f"--kv-memory-gb must be positive, got {config.kv_memory_gb}")
     if not 0 <= args.port <= 65535:
         raise ArgsError(f"--port must be in 0..65535, got {args.port}")
-    _check_nodes(args)
     try:
         check_http_limits(args.max_body_mb, args.read_timeout_s)
     except ValueError as error:
         raise ArgsError(str(error)) from None
-    if config.trace_dir is not None:
-        try:
-            check_trace_dir(config.trace_dir)
-        except ValueError as error:
-            raise ArgsError(f"--trace: {error}") from None
-    if config.device == "cuda" and not torch.cuda.is_available():
-        raise ArgsError("--device cuda, but torch sees no CUDA GPU; use --device cpu")
-    try:  # the engine's own rules, run here so a bad choice fails before any process starts
-        resolve_dist_backend(config.dist_backend, torch.device(config.device), config.tp_info.size,
-                             config.local_world_size, config.moe_parallel)
-        resolve_attention_backend(config.attention_backend, torch.device(config.device))
-    except ValueError as error:
-        raise ArgsError(str(error)) from None
-
-    model_config = ModelConfig.from_dir(config.model_path)  # a missing or foreign dir fails here
-    model_config = model_config.with_moe_parallel(config.moe_parallel)  # "ep" on a dense model fails here
-    model_config.check_tp_size(config.tp_info.size)  # "tp_size=2 does not divide ...; valid tp sizes: 1, 3"
-    try:
-        check_pipeline(model_config, config.pp_info.size, config.dp_size, config.nnodes)
-    except ValueError as error:
-        raise ArgsError(f"--pp-size: {error}") from None
-    check_ranks_fit_machine(config.tp_info.size, config.device, config.dp_size, config.nnodes, config.pp_info.size)
-    try:  # dtype / quantization "auto" measured once here, so every rank gets the same answer
-        config = resolve_precision(config)
-    except ValueError as error:
-        raise ArgsError(str(error)) from None
+    nnodes = args.scheduler.nnodes
+    if not 0 <= args.node_rank < max(nnodes, 1):
+        raise ArgsError(f"--node-rank must be in 0..{nnodes - 1} for --nnodes {nnodes}, got {args.node_rank}")
+    config = resolve_config(args.scheduler)
     name = args.served_model_name or config.model_path.resolve().name
     return dataclasses.replace(args, scheduler=config, served_model_name=name)
-
-
-def _check_nodes(args: ServerArgs) -> None:
-    """The multi-node and data-parallel flags fit together (chapter 12)."""
-    config = args.scheduler
-    if not 0 <= args.node_rank < config.nnodes:
-        raise ArgsError(f"--node-rank must be in 0..{config.nnodes - 1} for --nnodes {config.nnodes}, "
-                        f"got {args.node_rank}")
-    if config.nnodes == 1:
-        if config.dist_init_addr != EngineConfig.dist_init_addr:
-            raise ArgsError("--dist-init-addr is for multi-node runs; add --nnodes N (one machine needs no address)")
-        return
-    if config.dist_init_addr == EngineConfig.dist_init_addr:
-        raise ArgsError(f"--nnodes {config.nnodes} needs --dist-init-addr HOST:PORT, an address of node 0 "
-                        "that every node can reach")
-    try:
-        check_dist_init_addr(config.dist_init_addr)
-    except ValueError as error:
-        raise ArgsError(f"--dist-init-addr: {error}") from None
-    if config.tp_info.size % config.nnodes != 0:
-        raise ArgsError(f"--tp-size {config.tp_info.size} does not split over --nnodes {config.nnodes}: "
-                        "every node runs the same number of ranks")
-    if config.dp_size > 1:
-        raise ArgsError("--dp-size > 1 runs its replicas on one machine; use --nnodes 1")
 
 
 def bind_http_socket(host: str, port: int) -> socket.socket:

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 
+from minisgl.config import ArgsError, SchedulerConfig
 from minisgl.distributed.rendezvous import parse_tcp_addr
 from minisgl.message import IpcAddresses
 from minisgl.models.config import ModelError
@@ -40,13 +41,12 @@ from minisgl.process.nodes import (
     run_id,
     say_stop,
 )
-from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.data_parallel import spawn_schedulers
 from minisgl.scheduler.process import shut_down_ranks, spawn_ranks
 from minisgl.tokenizer.process import run_detokenizer, run_tokenizer
 from minisgl.trace import TRACE
 
-from .args import ArgsError, ServerArgs, bind_http_socket, check_args
+from .args import ServerArgs, bind_http_socket, check_args
 
 logger = logging.getLogger("minisgl")
 
@@ -78,7 +78,7 @@ class ServerProcesses:
             if config.nnodes > 1:
                 host, port = parse_tcp_addr(config.dist_init_addr)
                 listener = listen_for_nodes(host, port + NODE_PORT_OFFSET)
-            ranks = spawn_schedulers(group, config, addrs, args.dp_policy)
+            ranks = spawn_schedulers(group, config, addrs)
             for i in range(args.num_tokenizers):
                 group.spawn(f"minisgl-tokenizer-{i}", run_tokenizer, i, model_path, addrs)
             group.spawn("minisgl-detokenizer", run_detokenizer, model_path, addrs)
@@ -158,9 +158,12 @@ def launch_server(args: ServerArgs) -> int:
     failure: LaunchError | None = None
     try:
         config = args.scheduler
-        logger.info("starting %s: tp=%d%s%s on %s, %d tokenizer(s)", args.served_model_name, config.tp_info.size,
+        logger.info("starting %s: tp=%d%s%s%s on %s, dtype %s, %s collectives, %d tokenizer(s)",
+                    args.served_model_name, config.tp_info.size,
+                    f" x pp={config.pp_info.size}" if config.pp_info.size > 1 else "",
                     f" x dp={config.dp_size}" if config.dp_size > 1 else "",
-                    f" over {config.nnodes} nodes" if config.nnodes > 1 else "", config.device, args.num_tokenizers)
+                    f" over {config.nnodes} nodes" if config.nnodes > 1 else "", config.device, config.dtype,
+                    config.dist_backend, args.num_tokenizers)
         processes = ServerProcesses.start(args)
         watcher = ChildWatcher(processes.group, processes.links)
         if args.shell:

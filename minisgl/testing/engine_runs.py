@@ -1,5 +1,7 @@
-"""Drive one in-process scheduler with token ids (no tokenizer needed): the GPU tests, the benchmarks
-and chapter 11 use it where they need the scheduler itself (its radix tree, its counters)."""
+"""Drive one in-process scheduler with token ids (no tokenizer needed) where `LLM` cannot serve: on a
+rank's own engine, built inside `run_ranks` (chapter 11's workers), and where chapter 11 and
+`benchmark/prefix_cache.py` step the scheduler itself (its radix tree, its counters). Elsewhere a tp = 1
+run goes through `LLM`, whose `backend` holds its scheduler."""
 
 from __future__ import annotations
 

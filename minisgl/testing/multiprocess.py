@@ -1,8 +1,9 @@
 """Run a function on N real ranks (child processes joined in a gloo group) and collect results.
 
-Used by the engine's tests, the chapter notebooks (chapters 01-09) and the exercise grader: every
-call gets its own rendezvous file (no port that a parallel test could take) and a timeout, and a
-failing rank's exception comes back with its rank number instead of a hang.
+Used by the engine's tests and the chapter notebooks (chapters 01-09): every call gets its own
+rendezvous file (no port that a parallel test could take) and a timeout, and a failing rank's
+exception comes back with its rank number instead of a hang. Each rank joins its group as an
+engine's rank does (`minisgl.distributed.join`), on gloo.
 """
 
 from __future__ import annotations
@@ -15,14 +16,12 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from minisgl.distributed import barrier, destroy_distributed, enable_torch_distributed, set_tp_info
-from minisgl.distributed.rendezvous import file_init_method, rendezvous
+from minisgl.distributed import DistributedInfo, barrier, destroy_distributed, join
+from minisgl.distributed.rendezvous import file_init_method
 from minisgl.process.start import child_context, start_process
 
 
@@ -34,12 +33,9 @@ def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, init_method: 
                args: tuple) -> None:
     try:
         torch.set_num_threads(1)
-        timeout = timedelta(seconds=60)
-        store = rendezvous(init_method, rank, world_size, timeout)  # a file, and loopback collectives
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
-        set_tp_info(rank, world_size)
-        enable_torch_distributed(dist.group.WORLD)
-        barrier(dist.group.WORLD)  # everyone is in the group before any rank's logic starts
+        groups = join(DistributedInfo(rank, world_size), init_method, torch.device("cpu"), "gloo", timeout_s=60)
+        if groups.cpu is not None:
+            barrier(groups.cpu)  # everyone is in the group before any rank's logic starts
         # pickled here: a tensor put on an mp.Queue as-is travels as a shared-memory handle that
         # dies with this process, before the parent may have read it
         results.put((rank, "ok", pickle.dumps(fn(rank, world_size, *args))))

@@ -78,7 +78,7 @@ class RunningServer:
         """The pid of child `name` (e.g. "minisgl-TP1-scheduler"), from the server's startup log."""
         for line in self.log().splitlines():
             if f"started {name} (pid " in line:
-                return int(line.split("(pid ")[1].rstrip(")"))
+                return int(line.split("(pid ")[1].split(")")[0])  # "(pid 123)", maybe ": <its ack detail>"
         raise KeyError(f"no child {name} in the server log")
 
     def stop(self, timeout_s: float = 15.0) -> int:

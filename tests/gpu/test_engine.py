@@ -15,7 +15,6 @@ from minisgl.core import Req, SamplingParams
 from minisgl.engine.engine import Engine
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.batch import make_decode_batch, make_prefill_batch
-from minisgl.testing.engine_runs import InProcessRun
 from minisgl.testing.shapes import SHAPES, make_random_checkpoint, make_shape_dir
 from minisgl.testing.tiny_models import TINY_MODEL_SPECS
 
@@ -36,11 +35,13 @@ def _prompts(vocab: int, lengths: tuple[int, ...], seed: int = 1) -> list[list[i
     return [torch.randint(3, vocab, (n,), generator=generator).tolist() for n in lengths]
 
 
+def _settings(**overrides) -> dict:
+    return {"device": "cuda", "dtype": "bfloat16", "kv_memory_gb": 1.0, "progress": False, "cuda_graph_max_bs": 8,
+            **overrides}
+
+
 def _config(model_dir: Path, **overrides) -> SchedulerConfig:
-    args = dict(model_path=model_dir, device="cuda", dtype="bfloat16", kv_memory_gb=1.0, progress=False,
-                cuda_graph_max_bs=8)
-    args.update(overrides)
-    return SchedulerConfig(**args)
+    return SchedulerConfig(model_path=model_dir, **_settings(**overrides))
 
 
 def _minisgl_logits(model_dir: Path, prompts: list[list[int]], dtype: str, next_tokens: list[int]) -> torch.Tensor:
@@ -113,12 +114,9 @@ def test_smollm2_shape_logits_match_transformers(smollm2_random_dir: Path, dtype
 
 
 def _greedy(model_dir: Path, prompts: list[list[int]], **overrides) -> list[list[int]]:
-    run = InProcessRun(_config(model_dir, **overrides))
-    try:
-        params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in (24, 5, 17, 24, 9)]
-        return run.generate(prompts, params)
-    finally:
-        run.close()
+    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in (24, 5, 17, 24, 9)]
+    with LLM(model_dir, **_settings(**overrides)) as llm:
+        return [out.token_ids for out in llm.generate(prompts, params)]
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen3", "smollm2-random"])
@@ -139,14 +137,11 @@ def test_greedy_tokens_same_with_graphs_and_overlap_on_or_off(name: str, tiny_mo
 @pytest.mark.parametrize("shape", sorted(set(SHAPES) - {"qwen3-30b-a3b"}))  # 61 GB: tests/gpu/test_moe_gpu.py cuts it
 def test_dummy_weights_from_a_config_only_dir(shape: str, tmp_path: Path) -> None:
     model_dir = make_shape_dir(shape, tmp_path / shape)
-    run = InProcessRun(_config(model_dir, load_format="dummy", kv_memory_gb=2.0))
-    try:
-        greedy = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
-        out = run.generate([[1, 2, 3, 4], list(range(10, 50))], greedy)
-        assert [len(tokens) for tokens in out] == [6, 6]
-        assert all(0 <= t < SHAPES[shape]["vocab_size"] for tokens in out for t in tokens)
-    finally:
-        run.close()
+    greedy = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    with LLM(model_dir, **_settings(load_format="dummy", kv_memory_gb=2.0)) as llm:
+        out = [o.token_ids for o in llm.generate([[1, 2, 3, 4], list(range(10, 50))], greedy)]
+    assert [len(tokens) for tokens in out] == [6, 6]
+    assert all(0 <= t < SHAPES[shape]["vocab_size"] for tokens in out for t in tokens)
 
 
 def test_kv_pool_is_sized_from_free_gpu_memory(tiny_model_dir) -> None:

@@ -14,13 +14,13 @@ import pytest
 import torch
 from transformers import LlamaConfig, Qwen3Config
 
+from minisgl import LLM
 from minisgl.core import Req, SamplingParams
 from minisgl.engine.engine import Engine
 from minisgl.kvcache import KVCachePool
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.batch import make_decode_batch, make_prefill_batch
 from minisgl.testing.attention_checks import run_attention_case
-from minisgl.testing.engine_runs import InProcessRun
 from minisgl.testing.tiny_models import COMMON_CONFIG, build_random_model
 
 pytest.importorskip("flashinfer", reason="flashinfer-python is not installed (an optional attention backend)")
@@ -114,9 +114,13 @@ STEPS = 16  # decode steps after the prefill
 LOGITS_RTOL = 2e-2
 
 
+def _settings(backend: str, graphs: int, page_size: int) -> dict:
+    return dict(device="cuda", dtype="bfloat16", kv_memory_gb=1.0, progress=False, attention_backend=backend,
+                cuda_graph_max_bs=graphs, page_size=page_size)
+
+
 def _config(model_dir: Path, backend: str, graphs: int, page_size: int) -> SchedulerConfig:
-    return SchedulerConfig(model_path=model_dir, device="cuda", dtype="bfloat16", kv_memory_gb=1.0, progress=False,
-                           attention_backend=backend, cuda_graph_max_bs=graphs, page_size=page_size)
+    return SchedulerConfig(model_path=model_dir, **_settings(backend, graphs, page_size))
 
 
 def _logits(config: SchedulerConfig, prompts: list[list[int]], forced: list[list[int]] | None) -> torch.Tensor:
@@ -164,9 +168,7 @@ def test_greedy_tokens_match_triton_with_graphs_on_and_off(name: str, page_size:
     # Through the scheduler (overlap on, CUDA graphs, requests released): the same batches as the
     # greedy run above, so the same FlashInfer plans and bit-identical tokens.
     fi_greedy = _logits(_config(tmp_path, "flashinfer", 8, page_size), prompts, None).argmax(-1)
-    run = InProcessRun(_config(tmp_path, "flashinfer", 8, page_size))
-    try:
-        tokens = run.generate(prompts, SamplingParams(temperature=0, max_tokens=STEPS + 1, ignore_eos=True))
-    finally:
-        run.close()
+    with LLM(tmp_path, **_settings("flashinfer", 8, page_size)) as llm:
+        outputs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=STEPS + 1, ignore_eos=True))
+    tokens = [out.token_ids for out in outputs]
     assert tokens == fi_greedy.T.tolist()

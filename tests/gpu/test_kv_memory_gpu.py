@@ -15,10 +15,9 @@ import pytest
 import torch
 from transformers import Qwen3Config
 
+from minisgl import LLM
 from minisgl.core import Req, SamplingParams
-from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.batch import make_prefill_batch
-from minisgl.testing.engine_runs import InProcessRun
 from minisgl.testing.tiny_models import COMMON_CONFIG, build_random_model
 
 CPU = torch.device("cpu")
@@ -36,27 +35,27 @@ def _workload(seed: int = 0) -> tuple[list[list[int]], list[list[int]]]:
     return [system + tokens(7 + 5 * i) for i in range(4)] + [tokens(60)], [tokens(5 + i) for i in range(5)]
 
 
-def _run(model_dir: Path, **overrides) -> tuple[list[list[int]], InProcessRun]:
-    """Both rounds' tokens, and the run (still open: the caller closes it)."""
-    config = dict(model_path=model_dir, device="cuda", dtype="float32", num_pages=4096, progress=False,
-                  attention_backend="triton", cuda_graph_max_bs=8, overlap_schedule=True, cache="naive")
+def _run(model_dir: Path, **overrides) -> tuple[list[list[int]], LLM]:
+    """Both rounds' tokens, and the LLM (still open: the caller shuts it down)."""
+    config = dict(device="cuda", dtype="float32", num_pages=4096, progress=False, attention_backend="triton",
+                  cuda_graph_max_bs=8, overlap_schedule=True, cache="naive")
     config.update(overrides)
-    run = InProcessRun(SchedulerConfig(**config))
+    llm = LLM(model_dir, **config)
     first, questions = _workload()
-    answers = run.generate(first, GREEDY)
+    answers = [out.token_ids for out in llm.generate(first, GREEDY)]
     second = [p + a + q for p, a, q in zip(first, answers, questions)]
-    return answers + run.generate(second, GREEDY), run
+    return answers + [out.token_ids for out in llm.generate(second, GREEDY)], llm
 
 
 def _tokens(model_dir: Path, **overrides) -> tuple[list[list[int]], int, int]:
     """(tokens, requests retracted, prompt tokens found in the cache); the tree checked."""
-    tokens, run = _run(model_dir, **overrides)
+    tokens, llm = _run(model_dir, **overrides)
     try:
-        assert run.scheduler.cache.check()
-        stats = run.scheduler.stats()
+        assert llm.backend.scheduler.cache.check()
+        stats = llm.backend.scheduler.stats()
         return tokens, stats.retracted_total, stats.cached_tokens_total
     finally:
-        run.close()
+        llm.shutdown()
 
 
 @pytest.mark.parametrize("page_size", [1, 16])
@@ -74,15 +73,16 @@ def test_triton_graphs_overlap_radix_and_retraction_keep_fp32_tokens(page_size: 
     assert squeezed == reference
 
 
-def _near_tie(run: InProcessRun, context: list[int], a: int, b: int) -> bool:
+def _near_tie(llm: LLM, context: list[int], a: int, b: int) -> bool:
     """Whether tokens a and b are within four bf16 steps of each other after `context`."""
-    pool = run.engine.kv_pool
+    engine = llm.backend.engine
+    pool = engine.kv_pool
     req = Req(10_000, context, SamplingParams(temperature=0), len(context))
     req.pages = pool.allocator.allocate(pool.pages_for(len(context)))
     try:
-        logits = run.engine.forward_logits(make_prefill_batch([req], [len(context)], pool, CPU))[0].float()
+        logits = engine.forward_logits(make_prefill_batch([req], [len(context)], pool, CPU))[0].float()
     finally:
-        run.engine.release(req)
+        engine.release(req)
         pool.allocator.free(req.pages)
     top = float(logits.abs().max())
     return abs(float(logits[a] - logits[b])) <= 4 * 2.0 ** (torch.floor(torch.log2(torch.tensor(top))).item() - 7)
@@ -94,7 +94,7 @@ def test_flashinfer_radix_and_retraction_agree_up_to_a_near_tie(tmp_path: Path) 
                          head_dim=128, vocab_size=1001, tie_word_embeddings=True, **COMMON_CONFIG)
     build_random_model(config, seed=0).save_pretrained(tmp_path)
     flashinfer = dict(attention_backend="flashinfer", dtype="bfloat16", page_size=16)
-    reference, run = _run(tmp_path, num_pages=256, **flashinfer)
+    reference, llm = _run(tmp_path, num_pages=256, **flashinfer)
     try:
         squeezed, retracted, cached = _tokens(tmp_path, num_pages=12, cache="radix", max_running_requests=8,
                                               **flashinfer)
@@ -104,7 +104,7 @@ def test_flashinfer_radix_and_retraction_agree_up_to_a_near_tie(tmp_path: Path) 
         for prompt, want, got in zip(prompts, reference, squeezed):
             diverge = next((i for i, (x, y) in enumerate(zip(want, got)) if x != y), None)
             if diverge is not None:
-                assert _near_tie(run, prompt + want[:diverge], want[diverge], got[diverge]), (
+                assert _near_tie(llm, prompt + want[:diverge], want[diverge], got[diverge]), (
                     f"tokens differ at {diverge} without a near-tie: {want} vs {got}")
     finally:
-        run.close()
+        llm.shutdown()

@@ -24,7 +24,7 @@ def one_rank_group():
 
 
 def test_one_rank_communicator_reduces_gathers_and_is_capturable(one_rank_group) -> None:
-    from minisgl.kernel.pynccl import PyNCCLCommunicator, find_nccl_library
+    from minisgl.distributed.pynccl import PyNCCLCommunicator, find_nccl_library
 
     comm = PyNCCLCommunicator(one_rank_group, torch.device("cuda:0"))
     print(f"NCCL {comm.nccl.version()} from {find_nccl_library()}")

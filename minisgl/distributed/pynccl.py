@@ -4,7 +4,8 @@
 Why not torch's NCCL process group? It is a fine default, but owning the communicator shows what
 NCCL actually needs: rank 0 asks NCCL for a 128-byte unique id, every rank receives it over the
 gloo CPU group, and each calls `ncclCommInitRank(comm, world, id, rank)`. Collectives are then
-plain C calls enqueued on the current CUDA stream, so a CUDA graph can capture them.
+plain C calls enqueued on the current CUDA stream, so a CUDA graph can capture them. Its
+`all_reduce` and `all_gather` make it a plugin of the seam (`impl.py`) as it is.
 
 The library is the `libnccl.so.2` torch already loaded (read from /proc/self/maps), else the one in
 the nvidia-nccl pip package, else the system's. MINISGL_NCCL_LIBRARY overrides all three.
@@ -21,7 +22,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from minisgl.distributed.control import broadcast_bytes
+from .control import broadcast_bytes
 
 NCCL_SUCCESS = 0
 NCCL_SUM = 0
