@@ -105,6 +105,7 @@ figures: install
 clean:
 	rm -rf $(VENV) site .pytest_cache build/notebooks
 
+# >>> instructor-only (a student release has no tools/ and drops these lines)
 # Running a class (docs/instructors.md): a student release without answers, and a Gradescope bundle.
 .PHONY: student-release autograder
 student-release:
@@ -114,3 +115,4 @@ student-release:
 autograder:
 	rm -f build/autograder.zip
 	$(PYTHON) tools/release.py autograder build/autograder.zip
+# <<< instructor-only

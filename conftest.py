@@ -14,13 +14,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--impl", default="exercises",
         help="what the exercise tests grade: 'exercises' (your files, default), 'solutions', "
-        "a package directory, or an importable module name; several, comma-separated, are graded "
+        "a package directory, or a top-level package name; several, comma-separated, are graded "
         "one after the other, and 'SPEC@chNN' grades SPEC on chapter NN only (the grader's self-test)",
     )
     group.addoption("--world-sizes", default="2,4", help="comma-separated world sizes of the multi-rank tests")
     group.addoption("--results", default="results.json", help="where the Gradescope-style results file goes")
     group.addoption("--rank-timeout", type=float, default=30.0,
-                    help="seconds one multi-rank job may run before its ranks are declared hung and killed")
+                    help="seconds one job may run before its ranks are declared hung and killed")
+    group.addoption("--sandbox-user", default="",
+                    help="run learner code as this unprivileged user (root only; run_autograder sets it); "
+                    "default: this user, in processes of their own")
 
 
 def pytest_configure(config: pytest.Config) -> None:

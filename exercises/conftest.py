@@ -1,6 +1,7 @@
 """pytest wiring of the grader (chapter 00): the implementation under test (`--impl`), the world
-sizes of multi-rank tests, the pools of real ranks, one `chNN` marker per chapter derived from each
-test's task id, and the grade report. Options are registered in the repository's root conftest.py."""
+sizes of multi-rank tests, the sandbox the learner's code runs in (`--sandbox-user`,
+`--rank-timeout`), one `chNN` marker per chapter derived from each test's task id, and the grade
+report. Options are registered in the repository's root conftest.py."""
 
 from __future__ import annotations
 
@@ -10,15 +11,16 @@ from typing import Any
 
 import pytest
 
-from exercises.grader.adapters import resolve_impl
+from exercises.grader import adapters, quiz, sandbox
 from exercises.grader.chapters import chapter_of
+from exercises.grader.off_limits import CAPSTONE
 from exercises.grader.outcomes import ImplementationError
-from exercises.grader.ranks import RankPools, RankResult
+from exercises.grader.ranks import RankResult
 from exercises.grader.report import GradeReport
-from minisgl.kernel.cpu import cpu_kernels
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    sandbox.configure(config.getoption("--sandbox-user") or None, config.getoption("--rank-timeout"))
     config.pluginmanager.register(GradeReport(config), "minisgl-grade-report")
 
 
@@ -28,7 +30,7 @@ def _impls(config: pytest.Config) -> dict[str, set[str] | None]:
     for entry in config.getoption("--impl").split(","):
         spec, _, chapter = entry.strip().partition("@ch")
         try:
-            resolved = resolve_impl(spec)
+            resolved = adapters.resolve_impl(spec)
         except ImplementationError as error:
             raise pytest.UsageError(str(error)) from None
         chapters = impls.get(resolved, set())
@@ -36,16 +38,21 @@ def _impls(config: pytest.Config) -> dict[str, set[str] | None]:
     return impls
 
 
+def _task(item: pytest.Item) -> str | None:
+    marker = item.get_closest_marker("task")
+    return marker.args[0] if marker else None
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` / `-k` deselect: the markers and the points must exist by then
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     impls = _impls(config)
     kept, dropped = [], []
     for item in items:
-        marker = item.get_closest_marker("task")
-        if marker is None:
+        task = _task(item)
+        if task is None:
             kept.append(item)
             continue
-        chapter = chapter_of(marker.args[0])
+        chapter = chapter_of(task)
         item.add_marker(getattr(pytest.mark, f"ch{chapter}"))
         impl = getattr(item, "callspec", None) and item.callspec.params.get("impl")
         chapters = impls.get(impl) if impl else None
@@ -53,7 +60,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:  # an `--impl SPEC@chNN` is graded on its chapters only
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+    for spec in impls:  # quiz answers read now, before any learner code runs anywhere
+        for chapter in quiz.quiz_chapters():
+            quiz.answers(Path(spec) / "quizzes" / f"ch{chapter}.py")
     config.pluginmanager.get_plugin("minisgl-grade-report").assign_points(items)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The capstone's tests last (in order otherwise): its copy of minisgl keeps functions the other
+    tasks' copy cuts out, so the sandbox switches to it once and never back."""
+    session.items.sort(key=lambda item: _task(item) == CAPSTONE)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -67,25 +83,35 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="session")
 def impl(pytestconfig: pytest.Config) -> str:
-    """The implementation spec every adapter call receives (also sent to spawned ranks)."""
+    """The implementation spec every adapter call receives."""
     return next(iter(_impls(pytestconfig)))
 
 
-@pytest.fixture(scope="session")
-def rank_pools(pytestconfig: pytest.Config) -> Iterator[RankPools]:
-    # The reference answers use minisgl's layers, whose C kernels compile on first use (seconds, more on
-    # a busy machine): build them here, once, so that no rank spends its time limit compiling them.
+@pytest.fixture(scope="session", autouse=True)
+def grader_sandbox(request: pytest.FixtureRequest) -> Iterator[sandbox.Sandbox]:
+    """The run's sandbox (sandbox.py), closed - every process it started killed - at the end."""
+    # The learner's minisgl calls its C kernels, which compile on first use (seconds, more on a busy
+    # machine): build them here, once; the sandbox hands the built library to its workers.
+    from minisgl.kernel.cpu import cpu_kernels
+
     cpu_kernels()
-    pools = RankPools(pytestconfig.getoption("--rank-timeout"))
-    yield pools
-    pools.close()
+    try:
+        box = sandbox.current()
+        if any(_task(item) and not _task(item).endswith("/quiz") for item in request.session.items):
+            box.start()  # quizzes alone run no learner code
+    except sandbox.SandboxError as error:
+        pytest.exit(f"the grader's sandbox could not start: {error}", returncode=3)
+    yield box
+    sandbox.shutdown()
 
 
 @pytest.fixture
-def run_ranks(rank_pools: RankPools, world_size: int) -> Callable[..., list[RankResult]]:
-    """`run_ranks(job, **kwargs)`: run `job(ctx, **kwargs)` on `world_size` real ranks at once."""
+def run_ranks(impl: str, world_size: int) -> Callable[..., list[RankResult]]:
+    """`run_ranks(requests, ...)`: request r on rank r of `world_size` real ranks at once
+    (adapters.on_ranks)."""
 
-    def run(job: Callable[..., Any], **kwargs: Any) -> list[RankResult]:
-        return rank_pools.run(job, world_size, **kwargs)
+    def run(requests: list[adapters.Request], **kwargs: Any) -> list[RankResult]:
+        assert len(requests) == world_size, f"{len(requests)} requests for {world_size} ranks"
+        return adapters.on_ranks(impl, requests, **kwargs)
 
     return run

@@ -19,6 +19,7 @@ class Mutant:
     mistake: str
     graded_on: str = ""  # the chapter it is graded on, if not its file's (the capstone: "15")
     world_size: int = 2  # the one clause a group of 2 cannot show needs 4
+    needs_gpu: bool = False  # a device clause: every tensor is on the CPU without a GPU, so only a GPU run shows it
 
     @property
     def chapter(self) -> str:
@@ -113,6 +114,11 @@ MUTANTS = [
     Mutant("rank-sum-bypasses-seam", CH00,
            ((RANK_SUM, f"    import {DIST}\n    {DIST}.all_reduce(mine)\n    return int(mine.item())"),),
            "test_rank_sum", "calls torch.distributed.all_reduce directly: the seam never sees it"),
+    Mutant("rank-sum-skips-tp1", CH00,
+           ((RANK_SUM, "    if get_tp_info().size == 1:\n        return 0  # alone: nothing to add\n" + RANK_SUM),),
+           "test_rank_sum", "skips the all-reduce at tp = 1, where the contract still wants the one call"),
+    Mutant("rank-sum-on-cpu", CH00, ((", device=device)  # [1]", ")  # [1]"),),
+           "test_rank_sum", "sums a CPU tensor whatever device the rank was given", needs_gpu=True),
     # ---- chapter 01 -------------------------------------------------------------------------
     Mutant("column-bias-dropped", CH01, ((COLUMN_RETURN, "    return F.linear(x, weight_shard)"),),
            "test_column_forward", "forgets the bias"),
@@ -142,13 +148,25 @@ MUTANTS = [
             (ROW_SUM, "    dist.all_reduce(partial)\n    return partial if bias is None else partial + bias")),
            "test_row_forward", "calls torch.distributed.all_reduce directly, around the seam"),
     Mutant("row-engine-layer", CH01,
-           (("from minisgl.distributed import all_reduce", "from minisgl.distributed import all_reduce, get_tp_info"),
-            (ROW_SUM, "    from minisgl.layers import RowParallelLinear\n"
-                      "    with torch.device('meta'):\n"
-                      "        layer = RowParallelLinear(weight_shard.shape[1] * get_tp_info().size,\n"
-                      "                                  weight_shard.shape[0], bias is not None)\n"
+           ((ROW_SUM, "    from minisgl.layers import RowParallelLinear\n"
+                      "    layer = RowParallelLinear.__new__(RowParallelLinear)  # no constructor: sizes are given\n"
                       "    layer.weight, layer.bias = weight_shard, bias\n    return layer.forward(x_local)"),),
            "test_row_forward", "delegates to the engine's RowParallelLinear"),
+    Mutant("column-transposes-in-place", CH01,
+           ((COLUMN_RETURN, "    return F.linear(x, weight_shard.t_().t(), bias_shard)  # turns the caller's tensor"),),
+           "test_column_forward", "transposes the caller's weight shard in place (and back, as a view)"),
+    Mutant("column-no-bias-check", CH01,
+           (("    if bias is not None and bias.shape != (weight.shape[0],):", "    if False:"),),
+           "test_column_forward_rejects_mismatched_shapes", "a bias of the wrong size reaches F.linear (RuntimeError)"),
+    Mutant("row-fp32-out", CH01, ((ROW_SUM, "    output = all_reduce(partial)\n"
+                                            "    return (output if bias is None else output + bias).float()"),),
+           "test_row_forward", "returns fp32 whatever the input dtype"),
+    Mutant("row-check-after-all-reduce", CH01,
+           (('    _check_shapes(x_local, weight_shard, bias, "row_parallel_forward")\n', ""),
+            ("    output = all_reduce(partial)\n",
+             '    output = all_reduce(partial)\n'
+             '    _check_shapes(x_local, weight_shard, bias, "row_parallel_forward")\n')),
+           "test_row_forward_rejects_mismatched_shapes", "checks the bias after the all-reduce it joined"),
     # ---- chapter 02 -------------------------------------------------------------------------
     Mutant("acks-not-awaited", CH02, (("        _wait_for_acks(processes, acks, deadline, timeout_s)\n", ""),),
            "test_waits_for_every_ack", "returns without waiting for the acks"),
@@ -170,6 +188,34 @@ MUTANTS = [
            "test_error_ack_is_reported", "reports a failed rank without its own detail"),
     Mutant("launch-args-unchecked", CH02, (("    if world_size < 1 or timeout_s <= 0:", "    if False:"),),
            "test_rejects_bad_arguments", "starts nothing for world_size 0 and returns, instead of ValueError"),
+    Mutant("launch-returns-in-ack-order", CH02,
+           (("        ready.add(rank)", "        ready.add(rank)\n        ACKED.append(rank)"),
+            ("    ready: set[int] = set()\n", "    ready: set[int] = set()\n    ACKED.clear()\n"),
+            ("    return processes\n", "    return [processes[rank] for rank in ACKED]\n\n\nACKED: list[int] = []\n")),
+           "test_waits_for_every_ack", "returns the processes in the order they acked, not rank order"),
+    Mutant("error-ack-unnamed", CH02,
+           (('            raise RuntimeError(f"rank {rank} failed to start: {detail}")',
+             '            raise RuntimeError(f"a rank failed to start: {detail}")'),),
+           "test_error_ack_is_reported", "reports a rank's error without saying which rank"),
+    Mutant("dead-rank-unnamed", CH02,
+           (('raise RuntimeError(f"rank {dead[0]} exited with code {processes[dead[0]].exitcode} before it acked")',
+             'raise RuntimeError("a rank exited before it acked")'),),
+           "test_dead_rank_is_noticed", "notices the dead rank but does not say which"),
+    Mutant("timeout-names-acked", CH02,
+           (('                missing = sorted(set(range(len(processes))) - ready)\n'
+             '                raise RuntimeError(f"ranks {missing} did not ack within {timeout_s:g} s") from None',
+             '                raise RuntimeError(f"timed out after {timeout_s:g} s; ready: {sorted(ready)}") '
+             'from None'),),
+           "test_timeout_counts_from_the_start", "the timeout error lists the ranks that acked, not the others"),
+    Mutant("launch-checks-late", CH02,
+           (("    if world_size < 1 or timeout_s <= 0:\n"
+             '        raise ValueError(f"start_ranks needs world_size >= 1 and timeout_s > 0, got {world_size} and '
+             '{timeout_s}")\n', ""),
+            ("        _wait_for_acks(processes, acks, deadline, timeout_s)\n",
+             "        if world_size < 1 or timeout_s <= 0:\n"
+             "            raise ValueError(f\"bad arguments {world_size}, {timeout_s}\")\n"
+             "        _wait_for_acks(processes, acks, deadline, timeout_s)\n")),
+           "test_rejects_bad_arguments", "checks its arguments only after it started the ranks"),
     # ---- chapter 03 -------------------------------------------------------------------------
     Mutant("unique-id-wrong-root", CH03,
            ((BROADCAST_ID, "last = dist.get_world_size(cpu_group) - 1\n"
@@ -186,6 +232,14 @@ MUTANTS = [
     Mutant("unique-id-global-rank-test", CH03,
            (("    if dist.get_rank(cpu_group) == 0:", "    if dist.get_rank() == 0:"),),
            "test_unique_id_broadcast", "asks whether it is global rank 0, not the group's rank 0"),
+    Mutant("unique-id-skips-single", CH03,
+           (("    if dist.get_rank(cpu_group) == 0:", "    if dist.get_world_size(cpu_group) == 1:\n"
+                                                   "        return create_id()  # nobody to tell\n"
+                                                   "    if dist.get_rank(cpu_group) == 0:"),),
+           "test_unique_id_broadcast", "skips the broadcast in a group of one, where the contract wants it"),
+    Mutant("unique-id-bytearray", CH03,
+           (("    return bytes(id_bytes.tolist())", "    return bytearray(id_bytes.tolist())"),),
+           "test_unique_id_broadcast", "returns a bytearray, not bytes"),
     # ---- chapter 04 -------------------------------------------------------------------------
     Mutant("kv-heads-round-robin", CH04, ((KV_RETURN, "        return rank % num_kv_heads, 1"),),
            "test_shard_qkv", "replicated KV heads dealt round-robin to the wrong ranks"),
@@ -242,6 +296,48 @@ MUTANTS = [
            (('        if "rotary_emb" in name or (config.tie_word_embeddings and name.startswith("lm_head.")):',
              '        if "rotary_emb" in name:'),),
            "test_shard_and_merge", "loads lm_head although the model ties it to the embedding"),
+    Mutant("kv-rank-unchecked", CH04,
+           (("    if not 0 <= rank < tp_size:", "    if False:"),),
+           "test_kv_heads_of_rank", "a rank outside 0 .. tp - 1 gets KV heads instead of a ValueError"),
+    Mutant("qkv-fp32", CH04, (("    return torch.cat([q_local, k_local, v_local], dim=0)",
+                                "    return torch.cat([q_local, k_local, v_local], dim=0).float()"),),
+           "test_shard_qkv", "returns the fused shard in fp32 for bf16 weights"),
+    Mutant("qkv-rows-unchecked", CH04,
+           (('    _rows(q, num_heads, "q", num_heads * head_dim)\n', ""),),
+           "test_shard_qkv_rejects_what_does_not_split", "a q with the wrong number of rows is sharded anyway"),
+    Mutant("tp1-returns-input", CH04,
+           (('    module = name.split(".")[-2] if "." in name else ""\n    if module in ("k_proj", "v_proj"):',
+             '    module = name.split(".")[-2] if "." in name else ""\n'
+             '    if tp_size == 1:\n        return tensor  # whole\n'
+             '    if module in ("k_proj", "v_proj"):'),),
+           "test_shard_rules", "at tp = 1 returns the checkpoint's own tensor, not a copy"),
+    Mutant("row-bias-split", CH04,
+           (('    if module in ROW_PARALLEL and name.endswith(".weight"):',
+             '    if module in ROW_PARALLEL and name.endswith(".bias"):\n'
+             '        size = _split(tensor.shape[0], tp_size, name)\n'
+             '        return tensor[rank * size:(rank + 1) * size].clone()\n'
+             '    if module in ROW_PARALLEL and name.endswith(".weight"):'),),
+           "test_shard_rules", "splits o_proj's bias over the ranks, which the all-reduce then sums"),
+    Mutant("kv-split-unchecked", CH04,
+           (("        first, count = kv_heads_of_rank(rank, tp_size, config.num_kv_heads)\n"
+             "        return tensor[first * config.head_dim:(first + count) * config.head_dim].clone()",
+             "        if config.num_kv_heads % tp_size and tp_size % config.num_kv_heads:\n"
+             "            return tensor.clone()  # does not split: every rank keeps them all\n"
+             "        first, count = kv_heads_of_rank(rank, tp_size, config.num_kv_heads)\n"
+             "        return tensor[first * config.head_dim:(first + count) * config.head_dim].clone()"),),
+           "test_shard_rules_reject_uneven_splits", "KV heads that do not fit tp are replicated whole, without a word"),
+    Mutant("merge-keeps-rotary", CH04, (('"rotary_emb" in name or ', ""),),
+           "test_shard_and_merge", "yields rotary_emb.inv_freq, which the engine computes itself"),
+    Mutant("merge-fused-at-end", CH04,
+           (("            del waiting[fused]\n"
+             "            yield fused, torch.cat([group[i] for i in range(parts)], dim=0)"
+             "  # slot order, not arrival order\n",
+             "            done.append((fused, torch.cat([group[i] for i in range(parts)], dim=0)))\n"
+             "            del waiting[fused]\n"),
+            ("    waiting: dict[str, dict[int, torch.Tensor]] = {}  # fused name -> slot -> shard\n",
+             "    waiting: dict[str, dict[int, torch.Tensor]] = {}  # fused name -> slot -> shard\n    done = []\n"),
+            ("    if waiting:\n", "    yield from done\n    if waiting:\n")),
+           "test_shard_and_merge", "yields the fused tensors only after the whole checkpoint"),
     # ---- chapter 05 -------------------------------------------------------------------------
     Mutant("vocab-mask-off-by-one", CH05,
            ((EMBED_MASK, "    mine = (input_ids > start) & (input_ids < start + shard_size)"),),
@@ -271,6 +367,21 @@ MUTANTS = [
            "test_lm_head", "assembles the logits with an all-reduce of zero-padded blocks instead of one all-gather"),
     Mutant("lm-head-fp32-out", CH05, ((HEAD_TRIM, "    return logits[:, :vocab_size].float()"),),
            "test_lm_head", "returns fp32 logits for bf16 inputs"),
+    Mutant("vocab-skips-reduce-tp1", CH05,
+           (("    return all_reduce(rows)  # exactly one rank contributed each row",
+             "    return rows if get_tp_info().size == 1 else all_reduce(rows)"),),
+           "test_vocab_embedding", "skips the all-reduce at tp = 1, where the contract still wants the one call"),
+    Mutant("vocab-fp32", CH05, (("    return all_reduce(rows)  # exactly one rank contributed each row",
+                                  "    return all_reduce(rows.float())"),),
+           "test_vocab_embedding", "returns fp32 embeddings for a bf16 table"),
+    Mutant("lm-head-transposes-in-place", CH05,
+           (("    local = F.linear(hidden_states, weight_shard)  # [n, shard_size]",
+             "    local = hidden_states @ weight_shard.t_()  # [n, shard_size], the caller's shard turned in place"),),
+           "test_lm_head", "transposes the caller's weight shard in place"),
+    Mutant("lm-head-shard-unchecked", CH05,
+           (('    shard_size = _shard_size(weight_shard, vocab_size, "parallel_lm_head")',
+             "    shard_size = weight_shard.shape[0]"),),
+           "test_lm_head_rejects_a_wrong_shard", "trusts the shard's size"),
     # ---- chapter 06 -------------------------------------------------------------------------
     Mutant("count-from-last-rank", CH06,
            ((COUNT_BROADCAST, hand_count(LAST_OF_GROUP)),),
@@ -289,6 +400,14 @@ MUTANTS = [
     Mutant("tp1-broadcasts", CH06,
            (("    if io.tp_info.size == 1:\n        return list(pulled)  # no peers: nothing to broadcast\n", ""),),
            "test_receive_step", "broadcasts and publishes at tp = 1, where there is no one to tell (and no publisher)"),
+    Mutant("receive-pops-pulled", CH06,
+           (("        for payload in pulled:\n            io.publisher.put_raw(payload)\n        return list(pulled)",
+             "        sent = []\n        while pulled:\n            sent.append(pulled.pop(0))\n"
+             "            io.publisher.put_raw(sent[-1])\n        return sent"),),
+           "test_receive_step", "empties the caller's list while publishing it"),
+    Mutant("count-broadcast-twice", CH06,
+           ((COUNT_BROADCAST, COUNT_BROADCAST + "\n    broadcast_count(count, io.cpu_group)  # agreed, again"),),
+           "test_receive_step", "broadcasts the count a second time each step"),
     # ---- chapter 07 -------------------------------------------------------------------------
     Mutant("mlp-merge-before-shard", CH07,
            ((MLP_GATE_UP, "    gate_up = torch.cat([gate, up])[2 * tp.rank * size:2 * (tp.rank + 1) * size]"),),
@@ -303,6 +422,9 @@ MUTANTS = [
     Mutant("head-dim-from-hidden", CH07,
            (('    head_dim = hf_config.get("head_dim") or hidden // heads', "    head_dim = hidden // heads"),),
            "test_local_shapes", "derives head_dim from hidden / heads although the config sets it"),
+    Mutant("head-dim-required", CH07,
+           (('    head_dim = hf_config.get("head_dim") or hidden // heads', '    head_dim = hf_config["head_dim"]'),),
+           "test_local_shapes", "a config without head_dim raises KeyError (it means hidden / heads)"),
     Mutant("missing-key-keyerror", CH07,
            (('    missing = [key for key in REQUIRED if key not in hf_config]', "    missing = []"),),
            "test_local_shapes_names_a_missing_key", "a missing key surfaces as KeyError"),
@@ -312,6 +434,21 @@ MUTANTS = [
              "    config = ModelConfig.from_dict({'architectures': ['LlamaForCausalLM'], **hf_config})\n"
              "    valid = config.valid_tp_sizes()"),),
            "test_local_shapes", "asks the engine's ModelConfig for the valid tp sizes"),
+    Mutant("mlp-fp32", CH07, (("    return all_reduce(partial)", "    return all_reduce(partial.float())"),),
+           "test_tp_mlp", "returns fp32 for bf16 inputs"),
+    Mutant("mlp-transposes-down-in-place", CH07,
+           (("    down_shard = down[:, rows]  # [hidden, intermediate / tp], a strided view: fine on every device",
+             "    down_shard = down.t_()[rows].t()  # the caller's down turned in place"),),
+           "test_tp_mlp", "transposes the caller's down weight in place"),
+    Mutant("local-shapes-no-kv-check", CH07,
+           (("            if heads % tp == 0 and intermediate % tp == 0 and "
+             "(kv_heads % tp == 0 or tp % kv_heads == 0)]",
+             "            if heads % tp == 0 and intermediate % tp == 0]"),),
+           "test_local_shapes_rejects_bad_tp", "the valid tp sizes forget that the KV heads must fit too"),
+    Mutant("kv-heads-required", CH07,
+           (('    kv_heads = hf_config.get("num_key_value_heads") or heads',
+             '    kv_heads = hf_config["num_key_value_heads"]'),),
+           "test_local_shapes", "a config without num_key_value_heads raises KeyError (it means as many as heads)"),
     # ---- chapter 09 -------------------------------------------------------------------------
     Mutant("ring-factor-one-pass", CH09,
            (("    return 2 * (tp_size - 1) / tp_size", "    return (tp_size - 1) / tp_size"),),
@@ -322,6 +459,17 @@ MUTANTS = [
     Mutant("ring-factor-tp0", CH09, (("    _check_tp(tp_size)\n    return 2 * (tp_size - 1) / tp_size",
                                       "    return 2 * (tp_size - 1) / tp_size"),),
            "test_ring_factor", "tp_size 0 divides by zero instead of raising ValueError"),
+    Mutant("bytes-ignore-dtype", CH09,
+           (('    return hf_config["hidden_size"] * dtype_bytes  # one hidden vector',
+             '    return hf_config["hidden_size"] * 2'),),
+           "test_all_reduce_bytes_per_token", "counts 2 bytes per element whatever the dtype"),
+    Mutant("sent-bytes-one-way", CH09,
+           (("    return payload * ring_factor(tp_size)", "    return payload * ring_factor(tp_size) / 2"),),
+           "test_sent_bytes_per_rank_per_token", "counts the reduce-scatter half of the ring only"),
+    Mutant("logits-ignore-dtype", CH09,
+           (('    return hf_config["vocab_size"] * dtype_bytes * (tp_size - 1) / tp_size  # the shards it lacks',
+             '    return hf_config["vocab_size"] * 2 * (tp_size - 1) / tp_size'),),
+           "test_logits_gather_bytes_per_rank", "counts 2 bytes per logit whatever the dtype"),
     # ---- chapter 11 -------------------------------------------------------------------------
     Mutant("match-partial-page", CH11,
            ((MATCH_WHOLE, "        whole = -(-common_prefix_len(child.key, token_ids[pos:]) // size)"),),
@@ -357,6 +505,8 @@ MUTANTS = [
            "test_evict_lets_a_parent_follow_its_last_child", "a parent left without children never goes"),
     Mutant("evict-stale-counter", CH11, (("        tree.num_evictable -= len(leaf.pages)\n", ""),),
            "test_evict_stops_once_it_has_enough", "forgets to count the evicted pages out of num_evictable"),
+    Mutant("evict-num-pages-stale", CH11, (("        tree.num_pages -= len(leaf.pages)\n", ""),),
+           "test_evict_least_recently_used_first", "forgets to count the evicted pages out of num_pages"),
     Mutant("evict-keeps-child-entry", CH11, (("        del parent.children[tuple(leaf.key[:tree.page_size])]\n", ""),),
            "test_evict_lets_a_parent_follow_its_last_child", "the evicted node stays in its parent's children"),
     Mutant("evict-everything", CH11, ((EVICT_LOOP, "    while leaves:"),),
@@ -407,6 +557,14 @@ MUTANTS = [
            ((POLICY_CHECK, "    from minisgl.scheduler.data_parallel import pick_replica as engine_pick\n"
                            "    return engine_pick(policy, loads, num_sent)\n" + POLICY_CHECK),),
            "test_round_robin_ignores_the_loads", "the engine's own pick_replica"),
+    Mutant("dispatch-empty-loads-rr", CH12,
+           (('    if not loads:\n        raise ValueError("loads is empty: there are no replicas to pick from")\n',
+             '    if policy == "least-load" and not loads:\n        raise ValueError("loads is empty")\n'),),
+           "test_dispatch_errors", "round-robin over no replicas divides by zero instead of a ValueError"),
+    Mutant("layout-node-rank-unchecked", CH12, (("    if not 0 <= node_rank < nnodes:", "    if False:"),),
+           "test_node_layout_errors", "a node_rank past the nodes gets ranks past tp_size instead of a ValueError"),
+    Mutant("layout-uneven-unchecked", CH12, (("    if tp_size % nnodes != 0:", "    if False:"),),
+           "test_node_layout_errors", "nnodes that does not divide tp_size leaves ranks out, without a word"),
     # ---- chapter 13 -------------------------------------------------------------------------
     Mutant("split-extra-to-the-last", CH13,
            ((STAGE_SIZE, "        size = base + 1 if stage >= pp_size - extra else base"),),
@@ -447,6 +605,12 @@ MUTANTS = [
              "    return [s for s in range(pp_size)\n"
              "            if PipelineStage.of(s, pp_size, num_layers, tie_word_embeddings).holds(name)]\n"),),
            "test_layers_go_where_the_split_puts_them", "the engine's own PipelineStage.holds"),
+    Mutant("weights-split-unchecked", CH13,
+           (("    blocks = split_layers(num_layers, pp_size)\n", ""),
+            ("        return [next(stage for stage, (start, end) in enumerate(blocks) if start <= layer < end)]",
+             "        blocks = split_layers(num_layers, pp_size)\n"
+             "        return [next(stage for stage, (start, end) in enumerate(blocks) if start <= layer < end)]")),
+           "test_stage_weights_errors", "a split with empty stages is refused for layers only, not for the norm"),
     # ---- chapter 14 -------------------------------------------------------------------------
     Mutant("plan-by-expert-only", CH14, ((PLAN_KEY, "    key = experts"),),
            "test_dispatch_plan_examples", "sorted by expert id alone: wrong blocks when experts are not in rank order"),
@@ -475,6 +639,14 @@ MUTANTS = [
                        "    plan = engine_plan(topk_ids, expert_rank, num_ranks)\n"
                        "    return plan.send_order, plan.inverse, plan.rank_counts\n" + PLAN_KEY),),
            "test_dispatch_plan_examples", "the engine's own dispatch_plan"),
+    Mutant("plan-on-cpu", CH14, (("    return send_order, inverse, rank_counts",
+                                   "    return send_order.cpu(), inverse.cpu(), rank_counts.cpu()"),),
+           "test_dispatch_plan_returns_int64_and_leaves_inputs_unchanged", "returns the plan on the CPU whatever the "
+           "device of topk_ids", needs_gpu=True),
+    Mutant("plan-rank-unchecked", CH14,
+           (("    if expert_rank.numel() and (int(expert_rank.min()) < 0 or int(expert_rank.max()) >= num_ranks):",
+             "    if False:"),),
+           "test_dispatch_plan_errors", "a rank past num_ranks in expert_rank is not refused"),
     # ---- the capstone (chapter 15): the same functions inside the engine --------------------
     Mutant("capstone-head-rank-major", CH05, ((HEAD_ORDER, "    logits = gathered.reshape(n, tp * shard_size)"),),
            "test_your_tensor_parallelism_serves_a_model", "LM head blocks out of order: wrong tokens at tp > 1",

@@ -337,7 +337,8 @@ PINNED_PROJECTS = ("sgl-project/mini-sglang", "sgl-project/sglang", "vllm-projec
 GITHUB_LINK = re.compile(r"github\.com/(?P<repo>[\w.-]+/[\w.-]+)/(?:blob|tree)/(?P<ref>[^/\s)]+)")
 PINNED_REF = re.compile(r"^(?:[0-9a-f]{40}|v\d+(?:\.\d+)+(?:\.post\d+)?)$")
 LEARNER_SUFFIXES = {".md", ".py", ".ipynb", ".yml", ".toml", ".txt"}
-NOT_FOR_LEARNERS = {".git", ".venv", "site", "dev", "__pycache__", ".pytest_cache"}  # dev: docs/dev, helpers' notes
+# dev: docs/dev, helpers' notes; build: what make builds (a student release is a copy of the course)
+NOT_FOR_LEARNERS = {".git", ".venv", "site", "dev", "__pycache__", ".pytest_cache", "build"}
 
 
 def learner_files() -> list[Path]:

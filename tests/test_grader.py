@@ -5,7 +5,9 @@ is caught by the test it names, and the grader's own defects stay fixed.
 `pytest exercises` runs in subprocesses, started together: stubs, solutions, and the mutants in one
 session per world size (`--impl a@ch01,b@ch05,...`: each mutant graded on its chapter, `-k` keeping
 only the tests a mutant names). World size 2, and 4 for the one clause it takes; `make test`
-grades the solutions at 2 and 4.
+grades the solutions at 2 and 4. Unit checks of the sandbox's pieces (the redaction, the data a
+worker may send, quiz files read as data, exact shares) run in this process; the red team
+(test_redteam.py) attacks the whole through the bundle.
 """
 
 from __future__ import annotations
@@ -90,6 +92,12 @@ def _mutant_outcomes(runs: dict, name: str) -> list[dict]:
     return [o for o in _outcomes(run) if o["impl"] == path]
 
 
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def _stubs_edited() -> bool:
     """True when the exercise files differ from the last commit (someone is doing the exercises)."""
     try:
@@ -126,6 +134,9 @@ def test_solutions_pass(runs):
 @pytest.mark.timeout(RUN_TIMEOUT_S + 60)
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
 def test_mutant_is_caught(runs, mutant: Mutant):
+    if mutant.needs_gpu and not _has_gpu():
+        pytest.skip(f"{mutant.name}: a device clause, shown only where a rank gets a GPU (pytest tests/test_grader.py "
+                    "on a GPU machine)")
     mine = _mutant_outcomes(runs, mutant.name)
     assert mine, f"no graded test ran mutant {mutant.name}"
     assert not [o for o in mine if o["outcome"] == "not_attempted"], "a mutant must not read as not attempted"
@@ -193,13 +204,113 @@ def test_selecting_one_question_keeps_its_own_points(tmp_path):
     assert test["max_score"] == 1.0 and test["score"] == 1.0
 
 
-def test_every_off_limits_function_exists():
-    """When the engine moves a function, the grader must follow (or a shortcut would go unblocked)."""
-    from exercises.grader.off_limits import OFF_LIMITS, resolve
+def test_every_off_limits_function_exists(tmp_path):
+    """When the engine moves a function, the grader must follow (or a shortcut would go unblocked):
+    both copies of minisgl the sandbox makes cut every entry, or say which entry to update."""
+    import minisgl
+    from exercises.grader.off_limits import copy_entries
+    from exercises.grader.redact import redacted_copy
 
-    for paths in OFF_LIMITS.values():
-        for path in paths:
-            resolve(path)
+    for capstone in (False, True):
+        entries, plugged = copy_entries(capstone)
+        out = tmp_path / str(capstone)
+        out.mkdir()
+        redacted_copy(Path(minisgl.__file__).resolve().parent, out, entries, plugged)
+        for entry in entries:
+            module, _, qualname = entry.partition(":")
+            path = out.joinpath(*module.split(".")).with_suffix(".py")
+            path = path if path.is_file() else path.with_suffix("") / "__init__.py"
+            assert f"raise OffLimits(\"calls {module}.{qualname.removesuffix('.fget')}," in path.read_text(), entry
+
+
+def test_a_redacted_function_raises_however_it_is_reached(tmp_path):
+    """An alias taken before, a reload, a second copy from the file: all find the same cut code."""
+    from exercises.grader.redact import RedactionError, redact_source
+
+    source = ('"""doc"""\nfrom __future__ import annotations\n\nimport os\n\n\n'
+              'class Layer:\n    def forward(self, x):\n'
+              '        """keep me"""\n        ops = None\n        if ops is not None:\n            return ops(x)\n'
+              '        return x * 2\n\n\ndef helper(x):\n    return x + 1\n')
+    cut = redact_source(source, {"helper": "no", "Layer.forward": "no either"}, {"Layer.forward"})
+    (tmp_path / "engine_copy.py").write_text(cut)
+    namespace: dict = {}
+    exec(compile(cut, "engine_copy.py", "exec"), namespace)
+    with pytest.raises(RuntimeError, match="no"):
+        namespace["helper"](1)
+    with pytest.raises(RuntimeError, match="no either"):
+        namespace["Layer"]().forward(1)
+    assert '"""keep me"""' in cut and "return ops(x)" in cut and "return x * 2" not in cut
+    with pytest.raises(RedactionError, match="plug-in branch"):
+        redact_source(source, {"helper": "no"}, {"helper"})
+    with pytest.raises(RedactionError, match="not a function"):
+        redact_source(source, {"gone": "no"}, set())
+
+
+def test_what_crosses_from_a_worker_is_checked_data():
+    """A worker's reply is decoded as data: wrong shapes, sizes, tags and nesting are refused."""
+    import torch
+
+    from exercises.grader.child import wire
+    from exercises.grader.sandbox import MalformedReply, check_reply
+
+    value = {"a": (1, 2.5, None, b"\x00"), 3: [torch.arange(6, dtype=torch.bfloat16).reshape(2, 3)]}
+    back = wire.decode(wire.encode(value))
+    assert back.keys() == value.keys() and back["a"] == value["a"] and torch.equal(back[3][0], value[3][0])
+    assert wire.type_name(wire.decode(wire.encode(object()))) == "object"
+    for garbage in ({"$": "tensor", "dtype": "float32", "shape": [4], "device": "cpu", "v": "AAAA"},
+                    {"$": "pickle", "v": "gASV"}, {"not": "tagged"}, {"$": "tensor", "dtype": "object", "shape": [],
+                                                                       "device": "cpu", "v": ""}):
+        with pytest.raises(wire.WireError):
+            wire.decode(garbage)
+    deep: list = []
+    for _ in range(wire.MAX_DEPTH + 5):
+        deep = [deep]
+    with pytest.raises(wire.WireError):
+        wire.decode(deep)
+    for reply in ({"kind": "ok", "value": 1, "collectives": [["a", "b"]]}, {"kind": "maybe"},
+                  {"kind": "error", "error": {"type": 1}}, {"kind": "ok", "value": 1, "changed": "x"}):
+        with pytest.raises(MalformedReply):
+            check_reply(reply)
+
+
+def test_a_quiz_file_is_read_as_data(tmp_path):
+    from exercises.grader import quiz
+
+    path = tmp_path / "ch99.py"
+    path.write_text('"""doc"""\n# Q1 (choice). comment\nQ1 = "b"\nQ2 = -1.5\nQ3 = None\n')
+    assert quiz.answers(path) == {"Q1": "b", "Q2": -1.5, "Q3": None}
+    for body, says in (("import os\nQ1 = 'a'\n", "line 1"), ("Q1 = str('a')\n", "plain value"),
+                       ("Q1: str = 'a'\n", "line 1"), ("Q1 = Q2 = 'a'\n", "line 1"), ("Q1 = f'{1}'\n", "plain value"),
+                       ("def Q1():\n    pass\n", "line 1"), ("Q1 = (\n", "not valid Python")):
+        path = tmp_path / f"ch{abs(hash(body)) % 10**6}.py"
+        path.write_text(body)
+        problem = quiz.answers(path)
+        assert isinstance(problem, str) and says in problem and "scores 0" in problem, (body, problem)
+
+
+def test_a_task_s_shares_add_up_exactly():
+    """352, never 351.9986: shares of 4 decimals that sum to the task's points."""
+    from exercises.grader.report import exact_sum, split_points
+
+    for total, count in ((10, 3), (5, 7), (13, 11), (20, 3)):
+        shares = split_points(total, {str(i): 1 + i % 3 for i in range(count)})
+        assert exact_sum(shares.values()) == total and all(round(v, 4) == v for v in shares.values())
+
+
+def test_the_clause_table_names_every_mutant_and_its_test():
+    """exercises/README.md's clause table: every mutant in exactly one row, beside the test it names."""
+    readme = (REPO / "exercises" / "README.md").read_text()
+    table = readme.split("## Every clause, forced", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    by_name = {m.name: m for m in MUTANTS}
+    seen: list[str] = []
+    for row in rows:
+        names = [n for n in re.findall(r"`([\w-]+)`", row.split("|")[4]) if n in by_name]
+        assert names, f"a clause without a mutant: {row}"
+        for name in names:
+            assert f"`{by_name[name].caught_by}`" in row, f"{name} is caught by {by_name[name].caught_by}: {row}"
+        seen += names
+    assert sorted(seen) == sorted(by_name), sorted(set(by_name) ^ set(seen))
 
 
 def test_readme_lists_the_grader_points():

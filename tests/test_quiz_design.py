@@ -1,7 +1,8 @@
 """The quizzes as an instructor checks them: the learner's files are the key files without their
 answers, every key is a well-formed answer, choice keys spread evenly over the letters, the right
-option cannot be spotted by its length, and the computed numeric keys follow from the configs they
-come from. (Instructor material: it reads solutions/, which a student release leaves out.)"""
+option cannot be spotted by its length, multi-select keys vary in how many statements are true and
+which, and the computed numeric keys follow from the configs they come from. (Instructor material:
+it reads solutions/, which a student release leaves out.)"""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from exercises.grader.configs import SMOLLM2_135M as SMOL
 
 CHAPTERS = quiz.quiz_chapters()
 CHOICES = [(q, quiz.keys(q.chapter)[q.id]) for ch in CHAPTERS for q in quiz.questions(ch) if q.kind == "choice"]
+MULTIS = [(q, quiz.keys(q.chapter)[q.id]) for ch in CHAPTERS for q in quiz.questions(ch) if q.kind == "multi"]
 
 
 def _without_answers(source: str) -> str:
@@ -52,6 +54,21 @@ def test_choice_keys_spread_evenly_over_the_letters():
     counts = Counter(key for _, key in CHOICES)
     assert set(counts) == set("abcd")
     assert max(counts.values()) - min(counts.values()) <= 3, counts
+
+
+def test_multi_select_keys_vary_in_how_many_and_which():
+    """No key repeats more than twice; at least three counts of true statements, none for more
+    than half the questions; each letter right in a quarter to three quarters of the questions that
+    offer it (so "pick a, c and d", or "pick three", is no strategy)."""
+    keys = Counter(key for _, key in MULTIS)
+    assert max(keys.values()) <= 2, keys.most_common(3)
+    sizes = Counter(len(key) for _, key in MULTIS)
+    assert len(sizes) >= 3 and max(sizes.values()) <= len(MULTIS) / 2, sizes
+    for letter in "abcdefgh":
+        offered = [key for question, key in MULTIS if letter in question.letters]
+        if len(offered) >= 4:
+            right = sum(letter in key for key in offered) / len(offered)
+            assert 0.25 <= right <= 0.75, f"{letter!r} is right in {right:.0%} of the multi questions"
 
 
 @pytest.mark.parametrize("extreme", [max, min], ids=["longest", "shortest"])

@@ -1,10 +1,11 @@
 """The student release and the autograder bundle (tools/release.py).
 
 The release holds no answer (searched for every distinctive line of the reference solutions and
-every quiz key), and its grader runs: every task "not attempted", filled-in quiz answers
-"submitted", never graded against a key. The bundle, unpacked into a simulated Gradescope layout
-and run with this venv's Python, grades the reference solutions to full marks and the stubs to
-zero. Three grader runs in subprocesses, started together.
+every quiz key) and its README and Makefile no longer speak of the instructor's material; its
+grader runs: every task "not attempted", filled-in quiz answers "submitted", never graded against
+a key. The bundle, unpacked into a simulated Gradescope layout and run with this venv's Python (as
+`nobody` where that user can run it), grades the reference solutions to full marks and the stubs
+to zero, and fails loudly when it cannot grade. Four grader runs in subprocesses, started together.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from file_modules import load_file_module
+from sandbox_user import USER, sandbox_user_problem
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT_S = 600
@@ -74,18 +76,21 @@ def _grade(cwd: Path, results: Path, *args: str, env: dict | None = None) -> dic
             "results": json.loads(results.read_text()) if results.is_file() else None}
 
 
-def _autograde(bundle: Path, work: Path, submission_from: Path) -> dict:
-    """Gradescope's layout under `work`: source/ (the unzipped bundle), submission/, results/."""
+def _autograde(bundle: Path, work: Path, submission_from: Path, python: str = sys.executable,
+               pytest_args: str = "--world-sizes 2 --rank-timeout 8") -> dict:
+    """Gradescope's layout under `work`: source/ (the unzipped bundle), submission/, results/.
+    `python` as the rehearsal in docs/instructors.md gives it (relative to the repository, say)."""
     root = work / "autograder"
     with zipfile.ZipFile(bundle) as archive:
         archive.extractall(root / "source")
     (root / "source" / "run_autograder").chmod(0o755)
     shutil.copytree(submission_from, root / "submission" / "exercises")
-    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable,
-           "AUTOGRADER_PYTEST_ARGS": "--world-sizes 2 --rank-timeout 8"}
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": python,
+           "AUTOGRADER_PYTEST_ARGS": pytest_args,
+           "AUTOGRADER_SANDBOX_USER": "" if sandbox_user_problem(sys.executable) else USER}
     env.pop("PYTHONPATH", None)  # run_autograder sets its own
     done = subprocess.run(["bash", str(root / "source" / "run_autograder")], capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S, env=env)
+                          timeout=RUN_TIMEOUT_S, env=env, cwd=REPO)
     results = root / "results" / "results.json"
     return {"returncode": done.returncode, "output": done.stdout + done.stderr,
             "results": json.loads(results.read_text()) if results.is_file() else None}
@@ -120,7 +125,9 @@ def runs(built: dict[str, Path]) -> dict[str, Future]:
         "release": pool.submit(_grade, release, work / "release.json"),
         "quizzes": pool.submit(_grade, quiz_copy, work / "quizzes.json", "-k", "quiz"),
         "bundle-solutions": pool.submit(_autograde, bundle, work / "solutions-run", _solutions_as_submission(work)),
-        "bundle-stubs": pool.submit(_autograde, bundle, work / "stubs-run", release / "exercises"),
+        # the rehearsal of docs/instructors.md: a relative AUTOGRADER_PYTHON, run from the repository
+        "bundle-stubs": pool.submit(_autograde, bundle, work / "stubs-run", release / "exercises",
+                                    os.path.relpath(sys.executable, REPO)),
     }
     yield futures
     pool.shutdown(wait=True)
@@ -137,7 +144,10 @@ def test_release_leaves_out_the_instructor_material(built):
         assert not (release / path).exists(), f"{path} is in the student release"
     assert (release / "exercises" / "grader" / "quiz.py").is_file() and (release / "minisgl").is_dir()
     assert (release / "chapters" / "15-capstone" / "README.md").is_file()
-    assert " --impl solutions" not in (release / "Makefile").read_text()
+    for name in ("README.md", "Makefile"):
+        text = (release / name).read_text()
+        assert not [word for word in release_tool.INSTRUCTOR_WORDS if word in text], name
+    assert "student-release:" not in (release / "Makefile").read_text()
 
 
 def test_release_holds_no_answer(built):
@@ -200,3 +210,15 @@ def test_bundle_grades_the_stubs_to_zero(runs):
     outcomes = _outcomes(run)
     assert outcomes and all(o["outcome"] == "not_attempted" for o in outcomes)
     assert run["results"]["score"] == 0
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 60)
+@pytest.mark.parametrize("python,pytest_args,says", [
+    ("/no/such/python", "", "no Python interpreter"),
+    (sys.executable, "--no-such-option", "wrote no valid"),
+], ids=["no-interpreter", "no-results"])
+def test_a_bundle_that_cannot_grade_fails_loudly(built, tmp_path, python, pytest_args, says):
+    """Exit 1 with the reason, never 0 without a results.json (Gradescope would show nothing)."""
+    run = _autograde(built["bundle"], tmp_path, REPO / "exercises", python, pytest_args)
+    assert run["returncode"] == 1 and run["results"] is None, run["output"][-2000:]
+    assert says in run["output"], run["output"][-2000:]

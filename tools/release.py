@@ -6,10 +6,11 @@ Gradescope autograder bundle. docs/instructors.md tells the whole routine.
 
 The student release is every tracked file of the course (engine, chapters, docs, exercises with
 their stubs, the grader and its public tests) minus the instructor material: `solutions/` (code
-answers and quiz keys), the hidden tests, the grader's self-test and mutants, and these tools.
-It refuses to build while an exercise file is not a stub or a quiz answer is filled in, so a
-solved working copy can never leak. The bundle is the release plus the quiz keys, the hidden
-tests, and Gradescope's `setup.sh` and `run_autograder` at its root.
+answers and quiz keys), the hidden tests, the grader's self-test, mutants and red-team suite, and
+these tools; its README and Makefile lose what speaks of them (RELEASE_EDITS). It refuses to
+build while an exercise file is not a stub or a quiz answer is filled in, so a solved working copy
+can never leak. The bundle is the release plus the quiz keys, the hidden tests, and Gradescope's
+`setup.sh` and `run_autograder` at its root.
 
 Uses only the standard library and git (it never imports minisgl).
 """
@@ -33,13 +34,28 @@ INSTRUCTOR_ONLY = (  # paths (files or folders) a student release leaves out
     "tests/test_grader.py",
     "tests/test_release.py",
     "tests/test_quiz_design.py",
+    "tests/test_redteam.py",
+    "tests/redteam",
     "tools",
 )
 BUNDLE_EXTRAS = ("solutions/quizzes", "exercises/tests/hidden")  # what the autograder adds back
 GRADESCOPE_SCRIPTS = ("tools/autograder/setup.sh", "tools/autograder/run_autograder")
-# `make test` in the instructor's repository also grades solutions/ (its own line); a release has
-# none to grade.
-MAKE_TEST_FROM, MAKE_TEST_TO = "\t$(PY) -m pytest exercises --impl solutions -q -p no:cacheprovider\n", ""
+# What a release says differently: it has no answers to grade and no tools to build releases with.
+# (file, text in the instructor's copy, text in the release); each must match exactly once.
+RELEASE_EDITS = (
+    ("Makefile", "\t$(PY) -m pytest exercises --impl solutions -q -p no:cacheprovider\n", ""),
+    ("Makefile", "run the tests, the grader on solutions/, the notebooks, the site build",
+     "run the tests, the notebooks, the site build"),
+    ("Makefile", "; then the grader on the reference solutions (one\n# process: it writes one results file); then ",
+     "; then\n# "),
+    ("README.md", " `solutions/` — the answers and\n  quiz keys (instructor material: `make student-release` "
+     "and `make autograder` build what a class\n  runs on without them, see [Running a class]"
+     "(docs/instructors.md)).", ""),
+    ("README.md", "engine tests, the grader on solutions/, every notebook", "engine tests, every notebook"),
+    ("README.md", ";\nthe reference answers: `pytest exercises/ --impl solutions`.", "."),
+)
+RELEASE_BLOCK = ("# >>> instructor-only", "# <<< instructor-only")  # whole lines a release drops (Makefile)
+INSTRUCTOR_WORDS = ("solutions/", "tools/", "--impl solutions")  # a release's README and Makefile never say these
 
 
 class ReleaseError(Exception):
@@ -84,13 +100,34 @@ def _copy(files: list[Path], out: Path, root: Path) -> None:
         shutil.copy2(root / relative, target)
 
 
-def _release_makefile(out: Path) -> None:
-    makefile = out / "Makefile"
-    text = makefile.read_text()
-    if MAKE_TEST_FROM not in text:
-        raise ReleaseError("Makefile: the `test` target no longer runs "
-                           f"'{MAKE_TEST_FROM.strip()}'; update MAKE_TEST_FROM in tools/release.py")
-    makefile.write_text(text.replace(MAKE_TEST_FROM, MAKE_TEST_TO))
+def _drop_blocks(text: str) -> str:
+    start, end = RELEASE_BLOCK
+    kept, dropping = [], False
+    for line in text.splitlines(keepends=True):
+        if line.startswith(start):
+            dropping = True
+        elif line.startswith(end):
+            dropping = False
+        elif not dropping:
+            kept.append(line)
+    return "".join(kept)
+
+
+def edit_release_texts(out: Path) -> None:
+    """Apply RELEASE_EDITS and drop RELEASE_BLOCK lines in the release's copies; then no README or
+    Makefile line may still speak of the instructor's material."""
+    texts = {name: _drop_blocks((out / name).read_text()) for name in {name for name, _, _ in RELEASE_EDITS}}
+    for name, old, new in RELEASE_EDITS:
+        if texts[name].count(old) != 1:
+            raise ReleaseError(f"{name} no longer holds {old.strip()[:60]!r} once; update RELEASE_EDITS in "
+                               "tools/release.py")
+        texts[name] = texts[name].replace(old, new)
+    for name, text in texts.items():
+        left = [word for word in INSTRUCTOR_WORDS if word in text]
+        if left:
+            raise ReleaseError(f"{name} still mentions {left[0]} for a release; add an edit to RELEASE_EDITS in "
+                               "tools/release.py (or wrap Makefile lines in RELEASE_BLOCK markers)")
+        (out / name).write_text(text)
 
 
 def build_student(out: Path, root: Path = ROOT) -> Path:
@@ -99,7 +136,7 @@ def build_student(out: Path, root: Path = ROOT) -> Path:
     if out.exists():
         raise ReleaseError(f"{out} exists; remove it or choose another folder")
     _copy([f for f in tracked_files(root) if not _under(f, INSTRUCTOR_ONLY)], out, root)
-    _release_makefile(out)
+    edit_release_texts(out)
     return out
 
 

@@ -1,6 +1,7 @@
 """Comparisons that explain themselves: which rank is wrong, by how much, and where it starts;
-tolerances derived from the dtype and the length of the sums; inputs left as they were; results
-that own their memory; the collectives a function made."""
+tolerances derived from the dtype and the length of the sums; inputs left as they were; the
+collectives a function made; a radix tree a worker sent back, rebuilt and checked. All of it runs
+in the grader's process, on data the sandboxed workers returned."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import torch
 
+from .child.wire import decode, type_name
 from .outcomes import WrongAnswer
 from .ranks import RankResult
 
@@ -33,7 +35,7 @@ def tolerance(dtype: torch.dtype, reduction_len: int, roundings: int) -> float:
 def mismatch(actual: Any, expected: torch.Tensor, dtype: torch.dtype, tol: float) -> str | None:
     """None when `actual` is a `dtype` tensor of expected's shape within `tol`; else one line."""
     if not isinstance(actual, torch.Tensor):
-        return f"returned {type(actual).__name__}, expected a tensor of shape {tuple(expected.shape)}"
+        return f"returned {type_name(actual)}, expected a tensor of shape {tuple(expected.shape)}"
     if actual.shape != expected.shape:
         return f"shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
     if actual.dtype != dtype:
@@ -61,13 +63,6 @@ def assert_ranks_close(what: str, actual: Sequence[Any], expected: Sequence[torc
         raise WrongAnswer("\n".join(lines))
 
 
-def watch(inputs: dict[str, torch.Tensor | None], call: Callable[[], Any]) -> tuple[Any, list[str]]:
-    """(call's result, names of the `inputs` whose values it changed), from copies taken before."""
-    before = {name: t.detach().cpu().clone() for name, t in inputs.items() if t is not None}
-    result = call()
-    return result, [name for name, copy in before.items() if not torch.equal(copy, inputs[name].detach().cpu())]
-
-
 def assert_unchanged(what: str, per_rank: Sequence[list[str]]) -> None:
     """`per_rank[r]`: the inputs rank r's call modified (`watch`); none may be."""
     bad = [f"rank {rank}: {', '.join(names)}" for rank, names in enumerate(per_rank) if names]
@@ -76,10 +71,9 @@ def assert_unchanged(what: str, per_rank: Sequence[list[str]]) -> None:
                           "new tensors instead of writing into the ones you are given")
 
 
-def shares_memory(result: torch.Tensor, *inputs: torch.Tensor) -> bool:
-    """Does `result` live in the storage of one of `inputs` (a view, or the same tensor)?"""
-    ptr = result.untyped_storage().data_ptr()
-    return any(ptr == t.untyped_storage().data_ptr() for t in inputs)
+def changed(result: RankResult, names: Sequence[str]) -> list[str]:
+    """The names of the arguments (in call order) the learner's call modified."""
+    return [names[i] for i in result.changed if 0 <= i < len(names)]
 
 
 def _summary(calls: Counter) -> str:
@@ -114,5 +108,61 @@ def assert_value_error(what: str, call: Callable[[], Any], mentions: str = "") -
     raise WrongAnswer(f"{what}: returned normally, expected ValueError")
 
 
+def assert_ranks_raise_value_error(what: str, results: Sequence[RankResult], mentions: str = "",
+                                   before_any_collective: bool = True) -> None:
+    """Every rank's call raised ValueError mentioning `mentions`, and (by default) before it made any
+    collective (`run_ranks(..., allow_errors=True)`)."""
+    for rank, result in enumerate(results):
+        error = result.error
+        if error is not None and error["not_implemented"]:
+            raise NotImplementedError(error["message"])
+        if error is None:
+            raise WrongAnswer(f"{what}: rank {rank} returned normally, expected ValueError")
+        if error["base"] != "ValueError":
+            raise WrongAnswer(f"{what}: rank {rank} raised {error['type']} ({error['message']}), expected ValueError")
+        if mentions not in error["message"]:
+            raise WrongAnswer(f"{what}: the ValueError should mention '{mentions}': {error['message']}")
+        if before_any_collective and result.collectives:
+            made = _summary(Counter((c.api, c.group) for c in result.collectives))
+            raise WrongAnswer(f"{what}: rank {rank} made {made} before it raised; check the shapes before any "
+                              "collective (a rank that raises after joining one leaves the others waiting in the next)")
+
+
 def values(results: Sequence[RankResult]) -> list[Any]:
     return [result.value for result in results]
+
+
+def tree_from_reply(data: Any) -> Any:
+    """A RadixTree rebuilt from what a worker sent (child/jobs.py: tree_data), for the engine's own
+    `check()` and for comparisons; WrongAnswer when it is no tree (a node listed twice, a cycle)."""
+    import itertools
+
+    from minisgl.kvcache.radix_tree import RadixNode, RadixTree
+
+    try:
+        nodes = data["nodes"]
+        tree = RadixTree.__new__(RadixTree)
+        tree.page_size, tree.clock = decode(data["page_size"]), decode(data["clock"])
+        tree.num_pages, tree.num_evictable = decode(data["num_pages"]), decode(data["num_evictable"])
+        made = [RadixNode.__new__(RadixNode) for _ in nodes]
+        listed: set[int] = set()
+        for node, (node_id, key, pages, parent, lock_ref, last_access, children) in zip(made, nodes):
+            node.id, node.key, node.pages = decode(node_id), decode(key), decode(pages)
+            node.lock_ref, node.last_access = decode(lock_ref), decode(last_access)
+            node.parent = made[parent] if type(parent) is int and 0 <= parent < len(made) else None
+            node.children = {}
+            for first, child in children:
+                if type(child) is not int or not 0 < child < len(made) or child in listed:
+                    raise WrongAnswer("the tree is no longer a tree: a node is listed as a child twice, or the root "
+                                      "is someone's child")
+                listed.add(child)
+                node.children[decode(first)] = made[child]
+        tree.root = made[0]
+        tree._ids = itertools.count()
+    except WrongAnswer:
+        raise
+    except Exception as error:  # noqa: BLE001 - whatever the learner left in the tree's fields
+        raise WrongAnswer(f"the tree came back in a shape the grader cannot read ({type(error).__name__})") from None
+    if data.get("truncated"):
+        raise WrongAnswer("the tree came back with more than 10,000 nodes")
+    return tree

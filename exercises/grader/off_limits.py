@@ -1,22 +1,18 @@
-"""What of minisgl a task may not call while it is graded: the engine's own implementation of that
-very task. Calling it fails the task with a message that names the function and says why.
+"""What of minisgl a task may not call while it is graded: the engine's own implementation of each
+course task, as plain data ("module:Class.function" strings) that redact.py cuts out of the copy
+of minisgl the sandboxed workers import. Calling one fails with a message that names it and says
+why. Every task's docstring in exercises/ states what of minisgl it may use; none of them allows
+another task's implementation, so every task is graded against one copy with all of them cut out.
 
-The block works on the function objects themselves, not on names: while a task runs, each listed
-function's code is swapped for one that raises, so an alias imported earlier (`from
-minisgl.models.weight import shard_tensor as st`) or a bound method is caught the same way. Every
-task's docstring in exercises/ states what of minisgl it may use.
+The capstone (chapter 15) runs the whole engine, which needs most of those functions, so it gets
+a copy of its own: only its five tensor-parallel steps are cut out there, and the engine's layer
+forwards keep only their plug-in branch (the learner's steps), never their own code.
+
+When the engine moves or renames a function, update its string here (tests/test_grader.py fails
+until every entry names a function the engine has).
 """
 
 from __future__ import annotations
-
-import functools
-import importlib
-from collections.abc import Iterator
-from contextlib import contextmanager
-from types import CodeType, FunctionType
-from typing import TypeVar
-
-T = TypeVar("T")
 
 LINEAR = "minisgl.layers.linear"
 EMBEDDING = "minisgl.layers.embedding"
@@ -40,6 +36,8 @@ _LOCAL_SIZES = (  # constructors compute the local sizes; the config check names
 )
 _STAGES = ("minisgl.models.stage:split_layers", "minisgl.models.stage:PipelineStage.of",
            "minisgl.config:check_pipeline")
+
+CAPSTONE = "15-capstone/serve"
 
 # task id -> "module:qualified.name" of every engine function that implements the task
 OFF_LIMITS: dict[str, tuple[str, ...]] = {
@@ -72,65 +70,30 @@ OFF_LIMITS: dict[str, tuple[str, ...]] = {
     "13-pipeline-parallelism/stage-split": _STAGES,
     "13-pipeline-parallelism/stage-weights": _STAGES + ("minisgl.models.stage:PipelineStage.holds",),
     "14-experts-across-ranks/dispatch-plan": ("minisgl.layers.moe_dispatch:dispatch_plan",),
+    CAPSTONE: (f"{LINEAR}:RowParallelLinear._sum_partials", f"{WEIGHT}:shard_tensor", f"{WEIGHT}:shard_and_merge"),
+}
+# Functions of the capstone's copy that keep their plug-in branch and lose the rest.
+PLUGGED_ONLY: dict[str, tuple[str, ...]] = {
+    CAPSTONE: (f"{LINEAR}:_LinearBase.forward", f"{LINEAR}:RowParallelLinear.forward",
+               f"{EMBEDDING}:VocabParallelEmbedding.forward", f"{EMBEDDING}:ParallelLMHead.forward"),
 }
 
-def resolve(path: str) -> FunctionType:
-    """The function object behind "module:Class.name"; a grader bug (one line) if it has moved."""
-    module_name, _, qualname = path.partition(":")
-    target = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        target = getattr(target, part, None)
-    target = getattr(target, "__func__", target)  # a classmethod, got through its class
-    if not isinstance(target, FunctionType):
-        raise RuntimeError(f"grader: off-limits entry {path} is no longer a function in the engine; update "
-                           "exercises/grader/off_limits.py")
-    return target
+
+def message(entry: str, tasks: list[str]) -> str:
+    module, _, qualname = entry.partition(":")
+    return (f"calls {module}.{qualname.removesuffix('.fget')}, the engine's own code for {', '.join(tasks)}: off "
+            "limits while your work is graded, since the point is to write it yourself; the task's docstring "
+            "lists what of minisgl you may use")
 
 
-@functools.cache  # one compile per function and task, however often the task is called
-def _blocked_code(original: CodeType, message: str) -> CodeType:
-    """Code that raises OffLimits(message), with as many free variables as `original` (a function's
-    closure must fit its code: methods that use super() carry one)."""
-    names = original.co_freevars
-    source = (
-        "def outer():\n"
-        + "".join(f"    {name} = None\n" for name in names)
-        + "    def blocked(*args, **kwargs):\n"
-        + (f"        ({', '.join(names)},)\n" if names else "")
-        + f"        raise __import__('exercises.grader.outcomes', fromlist=['OffLimits']).OffLimits({message!r})\n"
-        + "    return blocked\n"
-    )
-    namespace: dict = {}
-    exec(compile(source, "<off limits>", "exec"), namespace)  # noqa: S102 - our own fixed source
-    return namespace["outer"]().__code__
-
-
-def _message(task_id: str, path: str) -> str:
-    module, _, qualname = path.partition(":")
-    return (f"calls {module}.{qualname}, the engine's own code for this task ({task_id}): off limits while it is "
-            "graded, since the point is to write it yourself; the task's docstring lists what of minisgl you may use")
-
-
-@contextmanager
-def off_limits(task_id: str) -> Iterator[None]:
-    """While the body runs, every function listed for `task_id` raises OffLimits when called."""
-    swapped = [(fn, fn.__code__) for fn in map(resolve, dict.fromkeys(OFF_LIMITS.get(task_id, ())))]
-    for fn, code in swapped:
-        fn.__code__ = _blocked_code(code, _message(task_id, f"{fn.__module__}:{fn.__qualname__}"))
-    try:
-        yield
-    finally:
-        for fn, code in reversed(swapped):
-            fn.__code__ = code
-
-
-def off_limits_stream(task_id: str, items: Iterator[T]) -> Iterator[T]:
-    """`items`, a generator of the task's, with the block on while it computes each item and off
-    while its consumer runs between items."""
-    while True:
-        with off_limits(task_id):
-            try:
-                item = next(items)
-            except StopIteration:
-                return
-        yield item
+def copy_entries(capstone: bool) -> tuple[dict[str, str], set[str]]:
+    """("module:qualname" -> message, the plugged-only ones) for the tasks' copy or the capstone's."""
+    owners: dict[str, list[str]] = {}
+    for task, entries in OFF_LIMITS.items():
+        if (task == CAPSTONE) == capstone:
+            for entry in entries:
+                owners.setdefault(entry, []).append(task)
+    plugged = set(PLUGGED_ONLY.get(CAPSTONE, ())) if capstone else set()
+    for entry in plugged:
+        owners.setdefault(entry, []).append(CAPSTONE)
+    return {entry: message(entry, tasks) for entry, tasks in owners.items()}, plugged

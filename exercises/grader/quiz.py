@@ -12,10 +12,15 @@ machine-checkable, so no keyword salad can pass:
 The keys are the reference answers, `solutions/quizzes/chNN.py`: the instructor's repository and
 the autograder bundle have them; a student release does not, and there a well-formed answer is
 reported as submitted, to be graded by the autograder. No message ever shows a key.
+
+Answers and keys are data: a quiz file is parsed, never imported or run. Its statements may only
+be `Qn = <literal>` (a string, a number, None); anything else - an import, a call, an f-string, a
+function - makes the whole file score zero, with one line saying which line to remove.
 """
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 from dataclasses import dataclass
@@ -92,15 +97,45 @@ def quiz_chapters() -> list[str]:
     return [chapter for chapter in CHAPTERS if _quiz_file(chapter).is_file()]
 
 
+def _is_docstring(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
+@cache
+def answers(path: Path) -> dict[str, Any] | str | None:
+    """Qn -> the value assigned in the quiz file at `path`, read without running it; a one-line
+    reason (str) when the file holds anything but `Qn = <literal>` lines; None when it is missing."""
+    if not path.is_file():
+        return None
+    try:
+        tree = ast.parse(path.read_text())
+    except (SyntaxError, ValueError, UnicodeDecodeError) as error:
+        return (f"line {getattr(error, 'lineno', '?')} is not valid Python ({getattr(error, 'msg', error)}); "
+                "every answer of this quiz scores 0 until the file parses")
+    found: dict[str, Any] = {}
+    for index, node in enumerate(tree.body):
+        if index == 0 and _is_docstring(node):
+            continue
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        if not (isinstance(target, ast.Name) and re.fullmatch(r"Q\d+", target.id)):
+            return (f"line {node.lineno}: a quiz file holds only `Qn = <answer>` lines (and comments), found "
+                    f"{type(node).__name__.lower()} `{ast.unparse(node)[:60]}`; every answer of this quiz scores "
+                    "0 until that line goes")
+        try:
+            found[target.id] = ast.literal_eval(node.value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return (f"line {node.lineno}: {target.id} must be a plain value (a string, a number or None), not "
+                    f"`{ast.unparse(node.value)[:60]}`; every answer of this quiz scores 0 until it is")
+    return found
+
+
 @cache
 def keys(chapter: str) -> dict[str, Any] | None:
     """Qn -> the key, or None where this copy of the course has no keys (a student release)."""
-    path = KEYS_DIR / f"ch{chapter}.py"
-    if not path.is_file():
-        return None
-    namespace: dict[str, Any] = {}
-    exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 - the course's own key file
-    return {name: value for name, value in namespace.items() if re.fullmatch(r"Q\d+", name)}
+    found = answers(KEYS_DIR / f"ch{chapter}.py")
+    if isinstance(found, str):
+        raise ValueError(f"solutions/quizzes/ch{chapter}.py: {found}")
+    return found
 
 
 def _letters(answer: str) -> str:

@@ -1,17 +1,25 @@
 """The grade report: classifies every graded test (passed, wrong, not attempted, or submitted: a
-quiz answer where no key is at hand), shortens the grader's own failures to their message, writes
-a Gradescope-style `results.json`, and prints a per-chapter score table at the end of the run."""
+quiz answer where no key is at hand), shortens every failure to its message (a hidden test's
+source never shows), splits each task's points exactly over its tests, writes a Gradescope-style
+`results.json` once every sandboxed process is gone, and prints a per-chapter score table."""
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
+from . import sandbox
 from .chapters import CHAPTERS, chapter_of, task_points
-from .outcomes import ImplementationError, NotAttempted, Submitted, WrongAnswer
+from .outcomes import ImplementationError, LearnerRaised, NotAttempted, Submitted, WrongAnswer
+
+PLACES = 4  # decimals of a test's share; a task's shares still add up to its points exactly
 
 OUTPUT_LIMIT = 4000  # characters of failure text kept per test in results.json
 
@@ -54,9 +62,7 @@ class GradeReport:
                 group = weights.setdefault((marker.args[0], _impl_of(item)), {})
                 group[item.nodeid] = float(marker.kwargs.get("weight", 1))
         for (task, _), tests in weights.items():
-            total = task_points(task)
-            for nodeid, weight in tests.items():
-                self.points[nodeid] = round(total * weight / sum(tests.values()), 4)
+            self.points.update(split_points(task_points(task), tests))
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
@@ -77,10 +83,10 @@ class GradeReport:
         elif report.skipped:
             record.outcome, record.output = "skipped", str(report.longrepr)[:OUTPUT_LIMIT]
         elif report.failed:
-            record.outcome, record.output = self._classify(report, call, record.task)
+            record.outcome, record.output = self._classify(report, call, record.task, "/hidden/" in item.nodeid)
 
     @staticmethod
-    def _classify(report: pytest.TestReport, call: pytest.CallInfo, task: str) -> tuple[str, str]:
+    def _classify(report: pytest.TestReport, call: pytest.CallInfo, task: str, hidden: bool) -> tuple[str, str]:
         error = call.excinfo.value if call.excinfo is not None else None
         if isinstance(error, (NotImplementedError, NotAttempted)):
             detail = error if isinstance(error, NotAttempted) else "still raises NotImplementedError"
@@ -90,10 +96,16 @@ class GradeReport:
             report.longrepr = f"SUBMITTED: {task}: {error}"
             return "submitted", report.longrepr
         if isinstance(error, (WrongAnswer, ImplementationError)):
-            report.longrepr = f"{task}: {error}"  # the grader's message says it all; no traceback
+            report.longrepr = f"{task}: {error}"[:OUTPUT_LIMIT]  # the grader's message says it all; no traceback
             return "failed", report.longrepr
         outcome = "failed" if report.when == "call" else "error"
-        return outcome, str(report.longrepr)[-OUTPUT_LIMIT:]
+        if isinstance(error, LearnerRaised):  # your code raised where the test expected a value
+            report.longrepr = f"{task}: your code raised {error.details()}"[:OUTPUT_LIMIT]
+        elif hidden:  # a hidden test's own failure: its type only, never its source or values
+            report.longrepr = f"{task}: a hidden test could not run ({type(error).__name__}); tell your instructor"
+        else:
+            return outcome, str(report.longrepr)[-OUTPUT_LIMIT:]
+        return outcome, report.longrepr
 
     def chapter_rows(self) -> list[tuple[str, int, int, int, int, float, float]]:
         """(chapter slug, passed, wrong, not attempted, submitted, score, max score) per chapter graded."""
@@ -103,7 +115,8 @@ class GradeReport:
             if records:
                 count = lambda *names: sum(r.outcome in names for r in records)  # noqa: E731
                 rows.append((slug, count("passed"), count("failed", "error"), count("not_attempted"),
-                             count("submitted"), sum(r.score for r in records), sum(r.points for r in records)))
+                             count("submitted"), exact_sum(r.score for r in records),
+                             exact_sum(r.points for r in records)))
         return rows
 
     def table(self) -> str:
@@ -114,13 +127,14 @@ class GradeReport:
         for slug, passed, wrong, todo, sent, score, total in rows:
             extra = f"{sent:>11}" if submitted else ""
             lines.append(f"{slug:<26}{passed:>7}{wrong:>7}{todo:>15}{extra}{f'{score:.4g} / {total:.4g}':>15}")
-        score, total = sum(row[5] for row in rows), sum(row[6] for row in rows)
+        score, total = exact_sum(row[5] for row in rows), exact_sum(row[6] for row in rows)
         lines.append(f"{'total':<{66 if submitted else 55}}{f'{score:.4g} / {total:.4g}':>15}")
         if submitted:
             lines.append("submitted: quiz answers recorded here; the course's autograder grades them")
         return "\n".join(lines)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        sandbox.shutdown()  # every process that ran learner code is gone before the grade is written
         if not self.records:
             return
         tests = [
@@ -137,16 +151,15 @@ class GradeReport:
             if r.outcome != "skipped"
         ]
         results = {
-            "score": sum(t["score"] for t in tests),
+            "score": exact_sum(t["score"] for t in tests),
             "output": self.table(),
             "visibility": "visible",
             "stdout_visibility": "visible",
-            "extra_data": {"max_score": sum(t["max_score"] for t in tests), "impl": self.config.getoption("--impl")},
+            "extra_data": {"max_score": exact_sum(t["max_score"] for t in tests),
+                           "impl": self.config.getoption("--impl")},
             "tests": tests,
         }
-        path = Path(self.config.getoption("--results"))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(results, indent=1))
+        write_atomically(Path(self.config.getoption("--results")), json.dumps(results, indent=1))
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.records:
@@ -155,6 +168,34 @@ class GradeReport:
         terminalreporter.write_sep("=", f"minisgl course grade (--impl {impl})")
         terminalreporter.write_line(self.table())
         terminalreporter.write_line(f"results: {Path(self.config.getoption('--results')).resolve()}")
+
+
+def split_points(total: float, weights: dict[str, float]) -> dict[str, float]:
+    """Each test's share of a task's `total` points, by weight, in PLACES decimals that add up to
+    `total` exactly: shares are rounded down, and the units left over go to the largest remainders."""
+    unit = Fraction(1, 10**PLACES)
+    exact = {key: Fraction(total) * Fraction(w) / sum(map(Fraction, weights.values())) for key, w in weights.items()}
+    shares = {key: (value // unit) * unit for key, value in exact.items()}
+    left = int((Fraction(total) - sum(shares.values())) / unit)
+    for key in sorted(exact, key=lambda k: exact[k] - shares[k], reverse=True)[:left]:
+        shares[key] += unit
+    return {key: float(value) for key, value in shares.items()}
+
+
+def exact_sum(values) -> float:
+    """A sum of PLACES-decimal scores without float drift (352, never 351.9986 or 352.00000000000006)."""
+    return float(sum((Decimal(repr(v)) for v in values), Decimal(0)))
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` through a new file renamed over it: a reader sees the old file or the
+    new one, and a link put where the file goes is replaced, never followed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, scratch = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(handle, "w") as f:
+        f.write(text)
+    os.chmod(scratch, 0o644)
+    os.replace(scratch, path)
 
 
 def _impl_of(item: pytest.Item) -> str:

@@ -41,5 +41,5 @@ Q5 = None
 #   b) each rank pulls new requests from the tokenizer itself
 #   c) rank 0 forwards every new message, so all ranks see the same messages in the same order
 #   d) the ranks agree on every batch because they run the same scheduling code on the same inputs
-#   e) rank 0 decides each batch and sends it to the other ranks
+#   e) only rank 0 takes requests from the tokenizer and sends tokens to the detokenizer
 Q6 = None

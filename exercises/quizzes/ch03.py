@@ -46,7 +46,7 @@ Q6 = None
 # Q7 (multi). Why keep a gloo CPU group next to NCCL? Which statements are true?
 #   a) control messages (message counts, the unique id) live in host memory
 #   b) gloo moves CPU tensors without touching a GPU or its stream
-#   c) NCCL cannot reduce tensors larger than a few megabytes
+#   c) gloo's collectives also run on a machine without any GPU
 #   d) the unique id must travel before any NCCL communicator exists
 #   e) gloo moves activations faster than NCCL does
 Q7 = None

@@ -41,7 +41,7 @@ Q5 = None
 Q6 = None
 
 # Q7 (multi). Why does the loader stream the checkpoint, and merge only after sharding?
-#   a) streaming keeps peak host memory near one full tensor plus the merge buffer
+#   a) streaming keeps peak host memory near the size of the whole checkpoint
 #   b) streaming lets each rank skip the tensors it does not need
 #   c) qkv_proj and gate_up_proj each run as one matmul, so they need the merged weight
 #   d) merging happens before sharding, so that every rank gets equal rows

@@ -44,7 +44,7 @@ Q7 = None
 #   b) a larger tp leaves less compute per rank to hide the communication behind
 #   c) the all-reduce payload per token shrinks as tp grows
 #   d) whether it pays depends on the interconnect, the model size and the batch
-#   e) a larger tp changes the greedy tokens, which then need checking
+#   e) each rank's matmuls shrink as tp grows, and small matmuls use a GPU less efficiently
 Q8 = None
 
 # Q9 (number). The chapter's trace of the tiny Llama (2 decoder layers) at tp = 2: how many collective spans

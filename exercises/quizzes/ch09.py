@@ -52,6 +52,6 @@ Q11 = None
 #   a) every layer adds two all-reduces: two synchronizations per layer and step
 #   b) the bytes each rank sends per token fall as 1 / t
 #   c) at batch 1 the all-reduces are skipped
-#   d) the bytes each rank sends per token approach twice the payload as t grows
+#   d) the bytes each rank sends per token approach the payload itself, once, as t grows
 #   e) over PCIe, or with a small model or small batches, the cost can outweigh the saving
 Q12 = None

@@ -42,7 +42,7 @@ Q5 = None
 #   a) its prompt and the tokens it generated so far are all computed again when it returns
 #   b) its pages go back to the cache, which may keep them in the tree for its return
 #   c) the text it already streamed to the client is withdrawn, and sent again later
-#   d) the most recently admitted request goes first
+#   d) the oldest running request goes first
 #   e) it can happen in the middle of a forward pass, between two layers
 Q6 = None
 
@@ -70,6 +70,6 @@ Q9 = None
 #   a) the first step computes the document once, with the first question
 #   b) all 32 compute the document in the first step, and share it afterwards
 #   c) the other 31 wait one step, then each computes only its own question
-#   d) with --cache naive, the document is computed 32 times
+#   d) with --cache naive, the document is computed once and shared the same way
 #   e) the document's pages are freed as soon as the first request finishes
 Q10 = None

@@ -42,7 +42,7 @@ Q6 = None
 
 # Q7 (multi). Compared with the TP split at the same tp size, which are true of the EP split?
 #   a) each rank stores the same bytes of expert weights
-#   b) under TP, each expert's matmuls are tp times narrower
+#   b) under TP, each expert's matmuls are as wide as on a single GPU
 #   c) EP hands fewer bytes to collectives at k = 8, tp = 2
 #   d) a rank's work depends on which experts the router picks
 #   e) EP needs no collective at all after the experts run

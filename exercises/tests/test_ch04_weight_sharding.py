@@ -10,27 +10,25 @@ shard can be described ("rank 1 got rows 0..7 of q_proj.weight").
 from __future__ import annotations
 
 import random
-import weakref
-from collections.abc import Iterator
 
 import pytest
 import torch
 
 from exercises.grader import adapters
-from exercises.grader.checks import assert_value_error, shares_memory, watch
+from exercises.grader.checks import assert_value_error, changed
 from exercises.grader.outcomes import WrongAnswer
-from minisgl.models.config import ModelConfig
 
 HEADS, KV_HEADS, HEAD_DIM, HIDDEN, INTERMEDIATE, VOCAB = 8, 2, 2, 6, 12, 11  # head_dim != 6 / 8
 TP_SIZES = [1, 2, 4]  # 4 > KV_HEADS: neighbouring ranks share a KV head
 
 
-def _config(tied: bool = False) -> ModelConfig:
-    return ModelConfig.from_dict({
+def _config(tied: bool = False) -> dict:
+    """The model's config.json; the learner's function gets it as a minisgl ModelConfig."""
+    return {
         "architectures": ["Qwen2ForCausalLM"], "hidden_size": HIDDEN, "num_hidden_layers": 1,
         "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
         "intermediate_size": INTERMEDIATE, "vocab_size": VOCAB, "tie_word_embeddings": tied,
-    })
+    }
 
 
 def _numbered(*shape: int, offset: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -86,10 +84,10 @@ def test_shard_qkv(impl, heads, kv, tp, dtype):
         local = heads // tp
         expected = torch.cat([q[rank * local * d:(rank + 1) * local * d], k[first * d:(first + count) * d],
                               v[first * d:(first + count) * d]])
-        got, changed = watch({"q": q, "k": k, "v": v},
-                             lambda: adapters.shard_qkv(impl, q, k, v, rank, tp, heads, kv, d))
-        if changed:
-            raise WrongAnswer(f"shard_qkv modified its inputs {changed}; the caller still needs them")
+        result = adapters.shard_qkv(impl, q, k, v, rank, tp, heads, kv, d)
+        got = result.value
+        if result.changed:
+            raise WrongAnswer(f"shard_qkv modified its inputs {changed(result, 'qkv')}; the caller still needs them")
         if not isinstance(got, torch.Tensor) or got.shape != expected.shape or not torch.equal(got, expected):
             shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
             held = sorted({int(x) // 1000 * 1000 + (int(x) % 1000 - 1) // (HIDDEN * d)
@@ -165,15 +163,16 @@ def test_shard_rules(impl, tp, dtype):
             continue
         for rank in range(tp):
             expected = _expected_shard(name, full, rank, tp)
-            got, changed = watch({name: full}, lambda: adapters.shard_tensor(impl, name, full, rank, tp, config))
-            if changed:
+            result = adapters.shard_tensor(impl, name, full, rank, tp, config)
+            got = result.value
+            if "tensor" in changed(result, ("name", "tensor")):
                 problems.append(f"{name} rank {rank}: shard_tensor modified the full tensor")
             elif not isinstance(got, torch.Tensor) or got.shape != expected.shape or not torch.equal(got, expected):
                 where = _where(full, got) if isinstance(got, torch.Tensor) else type(got).__name__
                 problems.append(f"{name} rank {rank}: got {where}; expected {_where(full, expected)}")
             elif got.dtype != dtype:
                 problems.append(f"{name} rank {rank}: dtype {got.dtype}, expected {dtype} (keep the checkpoint's)")
-            elif shares_memory(got, full):
+            elif result.aliased:
                 problems.append(f"{name} rank {rank}: the result is a view of the full tensor, which then stays "
                                 "alive as long as the shard does; return a copy (.clone())")
             else:
@@ -195,31 +194,8 @@ def test_shard_rules_reject_uneven_splits(impl):
 
 
 # ---- streaming shard, then merge ----------------------------------------------------------------
-class _Stream:
-    """The checkpoint read one fresh tensor at a time, each watched by a weak reference."""
-
-    def __init__(self, checkpoint: dict[str, torch.Tensor], names: list[str]) -> None:
-        self.checkpoint, self.names = checkpoint, names
-        self.read = 0
-        self.refs: list[tuple[str, weakref.ref]] = []
-        self.kept_alive: str | None = None  # the first full tensor still alive two reads later
-
-    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
-        for name in self.names:
-            # tensor i - 1 may still sit in the loader's loop variable; every one before it must be gone
-            self.note_alive(self.refs[:-1])
-            self.read += 1
-            yield self._fresh(name)  # no local keeps it
-
-    def _fresh(self, name: str) -> tuple[str, torch.Tensor]:
-        tensor = self.checkpoint[name].clone()
-        self.refs.append((name, weakref.ref(tensor)))
-        return name, tensor
-
-    def note_alive(self, refs: list[tuple[str, weakref.ref]]) -> None:
-        alive = [name for name, ref in refs if ref() is not None]
-        if alive and self.kept_alive is None:
-            self.kept_alive = alive[0]
+# The worker streams the checkpoint to the learner's loader one fresh tensor at a time, each watched
+# by a weak reference (child/jobs.py: Stream), and reports the first full tensor kept alive too long.
 
 
 def _expected_stream(checkpoint: dict[str, torch.Tensor], order: list[str], rank: int, tp: int, tied: bool):
@@ -263,13 +239,12 @@ def test_shard_and_merge(impl, tp, tied, order, dtype):
     checkpoint, config = _checkpoint(dtype), _config(tied)
     names = _order(list(checkpoint), order)
     for rank in range(tp):
-        stream = _Stream(checkpoint, names)
         expected = _expected_stream(checkpoint, names, rank, tp, tied)
         where = f"tp={tp} rank {rank}, {order} checkpoint order{', tied' if tied else ''}, {dtype}"
-        loader = adapters.shard_and_merge(impl, iter(stream), rank, tp, config)
-        got = [(name, tensor, stream.read - 1) for name, tensor in loader]
-        del loader  # the finished generator lets go of its last tensor
-        stream.note_alive(stream.refs)  # what is still alive now is kept by the results: views of full tensors
+        result = adapters.shard_and_merge(impl, [(name, checkpoint[name]) for name in names], rank, tp, config)
+        got = result.value if isinstance(result.value, list) else []
+        if not all(isinstance(item, tuple) and len(item) == 3 and isinstance(item[0], str) for item in got):
+            raise WrongAnswer(f"{where}: shard_and_merge should yield (name, tensor) pairs, got {result.value!r:.200}")
         missing = sorted({n for n, _, _ in expected} - {n for n, _, _ in got})
         extra = sorted({n for n, _, _ in got} - {n for n, _, _ in expected})
         if missing or extra:
@@ -285,14 +260,14 @@ def test_shard_and_merge(impl, tp, tied, order, dtype):
             if after != i:
                 raise WrongAnswer(f"{where}: {name} was yielded after reading {after + 1} tensors; it was complete "
                                   f"after {i + 1} (stream: yield each tensor as soon as it is complete)")
-        if stream.kept_alive is not None:
-            raise WrongAnswer(f"{where}: the full tensor {stream.kept_alive} was still alive two tensors later: keep "
+        if result.extra.get("kept_alive") is not None:
+            raise WrongAnswer(f"{where}: the full tensor {result.extra['kept_alive']} was still alive two tensors "
+                              "later: keep "
                               "the shards, not the full tensors, and yield copies, never views of them")
 
 
 @pytest.mark.task("04-weight-sharding/shard-then-merge")
 def test_shard_and_merge_names_missing_parts(impl):
-    checkpoint = {n: t for n, t in _checkpoint().items() if "v_proj" not in n}
-    stream = iter(sorted(checkpoint.items()))
+    checkpoint = sorted((n, t) for n, t in _checkpoint().items() if "v_proj" not in n)
     assert_value_error("shard_and_merge of a checkpoint without v_proj",
-                       lambda: list(adapters.shard_and_merge(impl, stream, 0, 2, _config())))
+                       lambda: adapters.shard_and_merge(impl, checkpoint, 0, 2, _config()))

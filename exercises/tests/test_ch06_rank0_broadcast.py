@@ -5,21 +5,13 @@ one: tp = 1), where the second half's rank 0 is not global rank 0."""
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Iterator
-
 import pytest
 
-from exercises.grader import adapters
-from exercises.grader.checks import assert_collectives, values
+from exercises.grader import adapters, sandbox
+from exercises.grader.checks import assert_collectives
 from exercises.grader.outcomes import WrongAnswer
-from exercises.grader.ranks import RankContext
 from minisgl.core import SamplingParams
-from minisgl.distributed import DistributedInfo
-from minisgl.message import AbortRequest, GenerateRequest, IpcAddresses, encode_message
-from minisgl.process.group import make_ipc_dir
-from minisgl.scheduler.io import ZmqIO
+from minisgl.message import AbortRequest, GenerateRequest, encode_message
 
 BROADCAST = "torch.distributed.broadcast"
 
@@ -32,53 +24,36 @@ def _steps() -> list[list[bytes]]:
             [request(4, 7), request(5, 2)]]
 
 
-def _receive_job(ctx: RankContext, impl: str, ipc_dir: str, steps: list[list[bytes]], group: str) -> dict:
-    import torch.distributed as dist
-
-    cpu_group = ctx.side_group if group == "side" else ctx.half_group
-    members = dist.get_world_size(cpu_group)
-    root = dist.get_global_rank(cpu_group, 0)
-    tp_info = DistributedInfo(dist.get_rank(cpu_group), members)
-    where = os.path.join(ipc_dir, f"group{root}")  # one set of sockets per group
-    os.makedirs(where, exist_ok=True)
-    io = ZmqIO(tp_info, cpu_group, IpcAddresses.in_dir(where))
-    try:
-        got = []
-        for step in steps:
-            pulled = list(step) if tp_info.is_primary else []
-            got.append(adapters.receive_step(impl, io, pulled))
-            if pulled != (list(step) if tp_info.is_primary else []):
-                raise WrongAnswer(f"receive_step modified the list of payloads it was given (rank {ctx.rank})")
-        return {"steps": got, "members": members}
-    finally:
-        io.close()
-
-
-@pytest.fixture
-def ipc_dir() -> Iterator[str]:
-    """A short folder for the sockets (an ipc:// path must fit in 107 bytes, a test's tmp_path may not)."""
-    path = make_ipc_dir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def _group_root(rank: int, world_size: int, group: str) -> int:
+    """The global rank of `rank`'s group's rank 0: 0 for the all-ranks group, else the first of its half."""
+    return 0 if group == "side" else (0 if rank < world_size // 2 else world_size // 2)
 
 
 @pytest.mark.task("06-rank0-broadcast/receive-step")
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("group", ["side", "half"], ids=["all-ranks-group", "half-groups"])
-def test_receive_step(impl, run_ranks, world_size, ipc_dir, group):
+def test_receive_step(run_ranks, world_size, group):
     steps = _steps()
-    results = run_ranks(_receive_job, impl=impl, ipc_dir=ipc_dir, steps=steps, group=group)
+    ipc_dir = str(sandbox.current().writable_dir("ipc"))  # one set of sockets per group under it
+    # only each group's rank 0 is handed the payloads; the others must learn them from it
+    results = run_ranks([adapters.receive_step(ipc_dir, steps if rank == _group_root(rank, world_size, group)
+                                               else [[] for _ in steps], group) for rank in range(world_size)])
     problems = []
-    for rank, result in enumerate(values(results)):
-        for step, (got, expected) in enumerate(zip(result["steps"], steps)):
+    for rank, result in enumerate(results):
+        got_steps = result.value if isinstance(result.value, list) else []
+        if result.extra.get("modified"):
+            problems.append(f"rank {rank}: receive_step modified the list of payloads it was given")
+        for step, expected in enumerate(steps):
+            got = got_steps[step] if step < len(got_steps) else None
             if not isinstance(got, list) or got != expected:
                 got = got if isinstance(got, list) else []
-                problems.append(f"rank {rank}, step {step}: got {len(got)} payloads of sizes {[len(p) for p in got]}, "
+                sizes = [len(p) if isinstance(p, bytes) else type(p).__name__ for p in got]
+                problems.append(f"rank {rank}, step {step}: got {len(got)} payloads of sizes {sizes}, "
                                 f"expected its group's rank 0's {len(expected)} of sizes {[len(p) for p in expected]}")
                 break
     if problems:
         raise WrongAnswer(f"receive_step at world size {world_size}, {group} group(s):\n  " + "\n  ".join(problems))
-    members = values(results)[0]["members"]
+    members = world_size if group == "side" else world_size // 2
     # one count per step from the group's rank 0; nothing at all in a group of one (tp = 1)
     expected = {(BROADCAST, group): len(steps)} if members > 1 else {}
     assert_collectives(f"receive_step, {len(steps)} steps, tp={members}", results, expected)

@@ -17,58 +17,50 @@ from exercises.grader.checks import (
     assert_collectives,
     assert_ranks_close,
     assert_unchanged,
+    assert_ranks_raise_value_error,
     assert_value_error,
+    changed,
     tolerance,
-    watch,
 )
 from exercises.grader.configs import LLAMA_31_8B, QWEN3_06B, SMOLLM2_135M, TINY_LLAMA
 from exercises.grader.outcomes import WrongAnswer
-from exercises.grader.ranks import RankContext, tp_view
 
 HIDDEN, INTERMEDIATE = 8, 12
 MLP_CASES = [(dtype, tokens, tp) for dtype in DTYPES for tokens in (4, 9) for tp in ("world", "tp1")]
 
 
-def _mlp_job(ctx: RankContext, impl: str, tp_size: int, x, gate, up, down):
-    rank = ctx.rank if tp_size > 1 else 0
-    inputs = {"x": x.to(ctx.device), "gate": gate.to(ctx.device), "up": up.to(ctx.device), "down": down.to(ctx.device)}
-    with tp_view(rank, tp_size):
-        out, changed = watch(inputs, lambda: adapters.tp_mlp_forward(impl, *inputs.values()))
-    return (out.cpu() if isinstance(out, torch.Tensor) else out), changed
-
-
 @pytest.mark.task("07-tp-decoder-layer/tp-mlp", weight=2)
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("dtype,tokens,tp", MLP_CASES, ids=[f"{d}-{n}tok-{t}" for d, n, t in MLP_CASES])
-def test_tp_mlp(impl, run_ranks, world_size, dtype, tokens, tp):
+def test_tp_mlp(run_ranks, world_size, dtype, tokens, tp):
     tp_size = world_size if tp == "world" else 1
     generator = torch.Generator().manual_seed(70 + world_size + tokens)
     x = torch.randn(tokens, HIDDEN, generator=generator).to(DTYPES[dtype])
     gate, up = (torch.randn(INTERMEDIATE, HIDDEN, generator=generator).to(DTYPES[dtype]) for _ in range(2))
     down = torch.randn(HIDDEN, INTERMEDIATE, generator=generator).to(DTYPES[dtype])
-    results = run_ranks(_mlp_job, impl=impl, tp_size=tp_size, x=x, gate=gate, up=up, down=down)
+    # the full weights on every rank: the task is to shard them for this rank
+    results = run_ranks([adapters.tp_mlp_forward(x, gate, up, down, tp=(rank if tp_size > 1 else 0, tp_size))
+                         for rank in range(world_size)])
     x64, gate64, up64, down64 = (t.double() for t in (x, gate, up, down))
     expected = F.linear(F.silu(F.linear(x64, gate64)) * F.linear(x64, up64), down64)
     what = f"tp_mlp_forward ({dtype}, {tokens} tokens, tp={tp_size})"
     # gate/up, silu * up and the partial sums are each rounded into the dtype, then tp partials added
-    assert_ranks_close(what, [r.value[0] for r in results], expected, DTYPES[dtype],
+    assert_ranks_close(what, [r.value for r in results], expected, DTYPES[dtype],
                        tolerance(DTYPES[dtype], INTERMEDIATE, roundings=2 * tp_size + 4))
-    assert_unchanged(what, [r.value[1] for r in results])
+    assert_unchanged(what, [changed(r, ("x", "gate", "up", "down")) for r in results])
     assert_collectives(what, results, {SEAM_ALL_REDUCE: 1})
-
-
-def _uneven_job(ctx: RankContext, impl: str) -> None:
-    x, down = torch.randn(2, HIDDEN), torch.randn(HIDDEN, 10)
-    gate, up = torch.randn(10, HIDDEN), torch.randn(10, HIDDEN)
-    with tp_view(0, 4):  # the check must come before any collective: nothing runs on the other ranks
-        assert_value_error("tp_mlp_forward with intermediate_size 10 at tp=4",
-                           lambda: adapters.tp_mlp_forward(impl, x, gate, up, down), mentions="intermediate_size")
 
 
 @pytest.mark.task("07-tp-decoder-layer/tp-mlp")
 @pytest.mark.timeout(180)
-def test_tp_mlp_rejects_an_intermediate_size_tp_does_not_divide(impl, run_ranks):
-    run_ranks(_uneven_job, impl=impl)
+def test_tp_mlp_rejects_an_intermediate_size_tp_does_not_divide(run_ranks, world_size):
+    x, down = torch.randn(2, HIDDEN), torch.randn(HIDDEN, 10)
+    gate, up = torch.randn(10, HIDDEN), torch.randn(10, HIDDEN)
+    # every rank sees itself as rank 0 of 4 and must raise before any collective
+    results = run_ranks([adapters.tp_mlp_forward(x, gate, up, down, tp=(0, 4)) for _ in range(world_size)],
+                        allow_errors=True)
+    assert_ranks_raise_value_error("tp_mlp_forward with intermediate_size 10 at tp=4", results,
+                                   mentions="intermediate_size")
 
 
 def _expected_shapes(config: dict, tp: int, dtype_bytes: int) -> dict[str, int]:

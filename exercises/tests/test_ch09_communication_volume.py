@@ -76,6 +76,7 @@ def test_logits_gather_bytes_per_rank(impl):
                               f"chapter 09 gives about {kib} KiB")
     for config in _random_configs():
         _check(impl, "logits_gather_bytes_per_rank", (config, 4, 2), config["vocab_size"] * 2 * 3 / 4)
+    _check(impl, "logits_gather_bytes_per_rank", (SMOLLM2_135M, 3, 4), 49152 * 4 * 2 / 3, "(fp32 logits)")
     _check(impl, "logits_gather_bytes_per_rank", (LLAMA_31_8B, 1, 2), 0, "(tp = 1 gathers nothing)")
     assert_value_error("logits_gather_bytes_per_rank(tp_size=0)",
                        lambda: adapters.comm_volume(impl, "logits_gather_bytes_per_rank", LLAMA_31_8B, 0, 2))

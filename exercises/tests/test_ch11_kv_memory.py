@@ -1,6 +1,10 @@
 """Grades chapter 11 on the engine's own RadixTree: trees built by hand (page sizes 1 and 2) for
 each clause of the contracts, and random trees (page sizes 1, 2, 3; fresh on every run, the seed
-shown in any failure) checked against the engine's own match and evict on a twin of the tree."""
+shown in any failure) checked against the engine's own match and evict on a twin of the tree.
+
+The trees are built here, with the engine's methods, and sent to the learner's worker as data; the
+worker rebuilds them, runs the learner's function, and sends the tree back as it was left. The
+twin, and the engine's answers on it, never leave this process."""
 
 from __future__ import annotations
 
@@ -9,7 +13,9 @@ import random
 import pytest
 
 from exercises.grader import adapters
+from exercises.grader.checks import tree_from_reply
 from exercises.grader.outcomes import WrongAnswer
+from exercises.grader.ranks import RankResult
 from minisgl.kvcache.radix_tree import RadixNode, RadixTree
 
 MATCH, EVICT = "11-kv-memory/match", "11-kv-memory/evict"
@@ -30,6 +36,11 @@ def build(page_size: int, ops: list[Op]) -> RadixTree:
             if op == "lock":
                 tree.lock(node)
     return tree
+
+
+def after(result: RankResult, key: str = "trees") -> RadixTree:
+    """The tree as the learner's call left it (rebuilt from what its worker sent)."""
+    return tree_from_reply(result.extra[key][0])
 
 
 def nodes(tree: RadixTree) -> list[RadixNode]:
@@ -65,7 +76,7 @@ HAND_OPS: list[Op] = [("insert", [1, 2, 3, 4, 5, 6]), ("insert", [1, 2, 3, 4, 7,
 
 def _expect_pages(tree: RadixTree, twin: RadixTree, tokens: list[int], impl: str, note: str = "") -> list[int]:
     want = twin.match(tokens)[1]
-    got = adapters.match_prefix(impl, tree, tokens)
+    got = adapters.match_prefix(impl, tree, tokens).value
     if got != want:
         raise WrongAnswer(f"match_prefix(tree, {tokens}) with page_size {tree.page_size} returned {got!r}; the "
                           f"cached prefix is held in pages {want} {note}".rstrip())
@@ -110,7 +121,7 @@ def test_match_stamps_every_node_it_goes_into(impl):
         tree = build(2, HAND_OPS)
         before = {n.id: n.last_access for n in nodes(tree)}
         clock = tree.clock
-        adapters.match_prefix(impl, tree, tokens)
+        tree = after(adapters.match_prefix(impl, tree, tokens))
         if tree.clock != clock + 1:
             raise WrongAnswer(f"match_prefix must tick tree.clock once: it went from {clock} to {tree.clock}")
         for node in nodes(tree):
@@ -127,32 +138,35 @@ def test_match_changes_nothing_else_and_returns_its_own_list(impl):
     for tokens in ([1, 2, 3, 4], [1, 2, 3, 4, 5, 6], [9, 9], [1, 2, 3, 0]):
         tree = build(2, HAND_OPS)
         before = shape(tree)
-        got = adapters.match_prefix(impl, tree, tokens)
-        if shape(tree) != before:
+        result = adapters.match_prefix(impl, tree, tokens)
+        got = result.value
+        if shape(after(result)) != before:
             raise WrongAnswer(f"match_prefix(tree, {tokens}) changed the tree (a node added, removed, split, or a "
                               "page list touched); it may only move the clock and stamp last_access")
         if not isinstance(got, list):
             raise WrongAnswer(f"match_prefix returned {type(got).__name__}, expected a list of page ids")
-        got.append(-1)  # what the scheduler does next: its own pages follow
-        if shape(tree) != before:
+        # the worker appended -1 to the list it got back, as the scheduler appends its own pages
+        if shape(after(result, "trees_after_append")) != before:
             raise WrongAnswer(f"match_prefix(tree, {tokens}) returned a node's own page list: appending to the "
                               "result changed the tree; return a list of your own")
 
 
-def _evict(impl: str, tree: RadixTree, num_pages: int, twin: RadixTree, note: str = "") -> list[int]:
+def _evict(impl: str, tree: RadixTree, num_pages: int, twin: RadixTree, note: str = "") -> RadixTree:
+    """The tree after the learner's evict (checked against the engine's on the twin)."""
     want = twin.evict(num_pages)
-    got = adapters.evict(impl, tree, num_pages)
+    result = adapters.evict(impl, tree, num_pages)
+    got, tree = result.value, after(result)
     if got != want:
         raise WrongAnswer(f"evict(tree, {num_pages}) returned {got!r}, expected pages {want} in this order {note}"
                           .rstrip())
     try:
         tree.check()
-    except AssertionError as error:
+    except Exception as error:  # noqa: BLE001 - AssertionError, or whatever a broken tree makes check() raise
         raise WrongAnswer(f"after evict(tree, {num_pages}) tree.check() fails: {error}") from None
     if shape(tree) != shape(twin):
         raise WrongAnswer(f"evict(tree, {num_pages}) returned the right pages but left the tree in another shape "
                           "(a node still listed in its parent's children, or a lock or page list changed)")
-    return got
+    return tree
 
 
 def _hand(page_size: int, ops: list[Op], stamps: dict[tuple[int, ...], int] | None = None) -> RadixTree:
@@ -218,4 +232,4 @@ def test_evict_random_trees(impl):
         ops = random_ops(rng, page_size)
         tree, twin = build(page_size, ops), build(page_size, ops)
         for _ in range(3):
-            _evict(impl, tree, rng.randrange(1, 6), twin, f"(random tree, page_size {page_size}, seed {seed})")
+            tree = _evict(impl, tree, rng.randrange(1, 6), twin, f"(random tree, page_size {page_size}, seed {seed})")

@@ -57,8 +57,8 @@ def test_random_splits_follow_the_rules(impl):
 @pytest.mark.task(SPLIT)
 def test_split_returns_plain_ints(impl):
     got = adapters.split_layers(impl, 5, 2)
-    if not isinstance(got, list) or not all(isinstance(t, tuple) and len(t) == 2 for t in got):
-        raise WrongAnswer(f"split_layers should return a list of 2-tuples, got {got!r}")
+    if not isinstance(got, list) or len(got) != 2 or not all(isinstance(t, tuple) and len(t) == 2 for t in got):
+        raise WrongAnswer(f"split_layers(5, 2) should return a list of two 2-tuples, got {got!r}")
     if not all(type(v) is int for t in got for v in t):
         raise WrongAnswer(f"split_layers should return plain ints, got {[[type(v).__name__ for v in t] for t in got]}")
 

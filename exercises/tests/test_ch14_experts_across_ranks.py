@@ -10,15 +10,16 @@ import pytest
 import torch
 
 from exercises.grader import adapters
-from exercises.grader.checks import assert_value_error, watch
+from exercises.grader.checks import assert_value_error, changed
 from exercises.grader.outcomes import WrongAnswer
+from exercises.grader.ranks import choose_backend
 
 PLAN = "14-experts-across-ranks/dispatch-plan"
 
 
 def _plan(impl: str, topk_ids: list[list[int]], expert_rank: list[int], num_ranks: int) -> tuple:
     ids = torch.tensor(topk_ids, dtype=torch.int64).reshape(len(topk_ids), -1)
-    return adapters.dispatch_plan(impl, ids, torch.tensor(expert_rank, dtype=torch.int64), num_ranks)
+    return adapters.dispatch_plan(impl, ids, torch.tensor(expert_rank, dtype=torch.int64), num_ranks).value
 
 
 def _rule(topk_ids: list[list[int]], expert_rank: list[int], num_ranks: int) -> tuple[list, list, list]:
@@ -81,7 +82,10 @@ def test_a_dispatch_and_combine_through_the_plan_is_a_round_trip(impl):
     generator = torch.Generator().manual_seed(0)
     topk_ids = torch.stack([torch.randperm(8, generator=generator)[:2] for _ in range(9)])  # [9 tokens, 2]
     expert_rank = torch.arange(8) // 2  # 4 ranks, 2 experts each
-    send_order, inverse, rank_counts = adapters.dispatch_plan(impl, topk_ids.clone(), expert_rank.clone(), 4)
+    plan = adapters.dispatch_plan(impl, topk_ids.clone(), expert_rank.clone(), 4).value
+    if not isinstance(plan, tuple) or len(plan) != 3 or not all(isinstance(t, torch.Tensor) for t in plan):
+        raise WrongAnswer(f"dispatch_plan should return three tensors, got {plan!r:.200}")
+    send_order, inverse, rank_counts = plan
     rows = torch.arange(18, dtype=torch.float32) * 10  # one row per pair
     blocks = rows[send_order].split(rank_counts.tolist())
     returned = torch.cat([block + rank for rank, block in enumerate(blocks)])  # rank r adds r to what it got
@@ -94,10 +98,16 @@ def test_a_dispatch_and_combine_through_the_plan_is_a_round_trip(impl):
 @pytest.mark.task(PLAN)
 def test_dispatch_plan_returns_int64_and_leaves_inputs_unchanged(impl):
     topk_ids, expert_rank = torch.tensor([[2, 0], [1, 2], [0, 1]]), torch.tensor([0, 1, 1])
-    result, changed = watch({"topk_ids": topk_ids, "expert_rank": expert_rank},
-                            lambda: adapters.dispatch_plan(impl, topk_ids, expert_rank, 3))
-    if changed:
-        raise WrongAnswer(f"dispatch_plan modified {', '.join(changed)}; the caller still needs them")
+    call = adapters.dispatch_plan(impl, topk_ids, expert_rank, 3, on_device=True)  # a GPU's, where there is one
+    if call.changed:
+        raise WrongAnswer(f"dispatch_plan modified {', '.join(changed(call, ('topk_ids', 'expert_rank')))}; the "
+                          "caller still needs them")
+    result = call.value if isinstance(call.value, tuple) else ()
+    if len(result) != 3:
+        raise WrongAnswer(f"dispatch_plan should return (send_order, inverse, rank_counts), got {call.value!r:.200}")
+    device = choose_backend(1)[0]
+    if call.extra.get("devices") != [device] * 3:
+        raise WrongAnswer(f"the plan's tensors are on {call.extra.get('devices')}; expected topk_ids' device, {device}")
     for name, tensor, size in zip(("send_order", "inverse", "rank_counts"), result, (6, 6, 3)):
         if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.int64 or tuple(tensor.shape) != (size,):
             got = f"{tensor.dtype} {tuple(tensor.shape)}" if isinstance(tensor, torch.Tensor) else type(tensor).__name__

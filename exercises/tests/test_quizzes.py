@@ -1,6 +1,7 @@
 """Grades every chapter's quiz file (`quizzes/chNN.py`): one test per question, worth its points.
 A wrong answer is reported without the right one; where no key is at hand (a student release), a
-well-formed answer is recorded as submitted for the autograder."""
+well-formed answer is recorded as submitted for the autograder. Quiz files are read as data, never
+run (quiz.py); the keys are read once, here, before any learner code runs anywhere."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from exercises.grader.chapters import CHAPTERS
 from exercises.grader.outcomes import NotAttempted, Submitted, WrongAnswer
 
 CASES = [question for chapter in quiz.quiz_chapters() for question in quiz.questions(chapter)]
+KEYS = {chapter: quiz.keys(chapter) for chapter in quiz.quiz_chapters()}
 
 
 @pytest.mark.parametrize("question", [
@@ -25,7 +27,7 @@ def test_quiz(impl, question: quiz.Question):
     problem = quiz.format_problem(question, answer)
     if problem:
         raise WrongAnswer(f"{where}: {problem}")
-    keys = quiz.keys(question.chapter)
+    keys = KEYS[question.chapter]
     if keys is None:
         raise Submitted(f"{where}: answer recorded; the autograder grades it")
     if not quiz.is_right(question, answer, keys[question.id]):

@@ -40,8 +40,8 @@ Q6 = "c"
 
 # Q7 (multi). A linear layer with W [out, in] at tp = t. Which statements are true?
 #   a) a row-parallel rank's weight shard is [out / t, in]
-#   b) a column-parallel rank's weight shard is [out / t, in]
+#   b) a column-parallel rank's weight shard is [out, in / t]
 #   c) a column-parallel layer ends with an all-reduce of [tokens, out]
 #   d) a column-parallel rank needs the whole input and produces [tokens, out / t]
 #   e) a row-parallel rank produces a partial [tokens, out] that an all-reduce sums
-Q7 = "bde"
+Q7 = "de"

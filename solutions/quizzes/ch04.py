@@ -42,12 +42,12 @@ Q5 = "d"
 Q6 = "a"
 
 # Q7 (multi). Why does the loader stream the checkpoint, and merge only after sharding?
-#   a) streaming keeps peak host memory near one full tensor plus the merge buffer
+#   a) streaming keeps peak host memory near the size of the whole checkpoint
 #   b) streaming lets each rank skip the tensors it does not need
 #   c) qkv_proj and gate_up_proj each run as one matmul, so they need the merged weight
 #   d) merging happens before sharding, so that every rank gets equal rows
 #   e) a fused tensor is yielded as soon as its last part has arrived
-Q7 = "ace"
+Q7 = "ce"
 
 # Q8 (order). One rank loads `model.layers.0.self_attn.k_proj.weight`. Put its steps in order.
 #   a) cat the q, k and v shards, in that order, into qkv_proj and yield it

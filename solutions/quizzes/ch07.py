@@ -45,8 +45,8 @@ Q7 = "d"
 #   b) a larger tp leaves less compute per rank to hide the communication behind
 #   c) the all-reduce payload per token shrinks as tp grows
 #   d) whether it pays depends on the interconnect, the model size and the batch
-#   e) a larger tp changes the greedy tokens, which then need checking
-Q8 = "abd"
+#   e) each rank's matmuls shrink as tp grows, and small matmuls use a GPU less efficiently
+Q8 = "abde"
 
 # Q9 (number). The chapter's trace of the tiny Llama (2 decoder layers) at tp = 2: how many collective spans
 # sit under the forward span of one decode step, on each rank?

@@ -43,11 +43,11 @@ Q6 = 32
 
 # Q7 (multi). Compared with the TP split at the same tp size, which are true of the EP split?
 #   a) each rank stores the same bytes of expert weights
-#   b) under TP, each expert's matmuls are tp times narrower
+#   b) under TP, each expert's matmuls are as wide as on a single GPU
 #   c) EP hands fewer bytes to collectives at k = 8, tp = 2
 #   d) a rank's work depends on which experts the router picks
 #   e) EP needs no collective at all after the experts run
-Q7 = "abd"
+Q7 = "ad"
 
 # Q8 (choice). At tp 2 under EP, one rank's experts get 70 % of a step's pairs. What does the
 # layer's combine wait for?

@@ -13,7 +13,6 @@ import torch.nn.functional as F
 from exercises.grader import adapters
 from exercises.grader.checks import SEAM_ALL_GATHER, SEAM_ALL_REDUCE, assert_collectives, assert_ranks_close, tolerance
 from exercises.grader.outcomes import WrongAnswer
-from exercises.grader.ranks import RankContext
 
 SEED = int(time.time())
 
@@ -22,22 +21,18 @@ def _rng(salt: int) -> random.Random:
     return random.Random(SEED * 100 + salt)
 
 
-def _row_job(ctx: RankContext, impl: str, x, weight, bias):
-    x_local = x.chunk(ctx.world_size, dim=-1)[ctx.rank].to(ctx.device)
-    shard = weight.chunk(ctx.world_size, dim=1)[ctx.rank].to(ctx.device)
-    return adapters.row_parallel_forward(impl, x_local, shard, bias.to(ctx.device)).cpu()
-
-
 @pytest.mark.task("01-tp-first-principles/row-forward")
 @pytest.mark.timeout(180)
-def test_row_forward_fresh_shapes(impl, run_ranks, world_size):
+def test_row_forward_fresh_shapes(run_ranks, world_size):
     rng = _rng(1)
     tokens, in_features, out_features = rng.randint(1, 9), world_size * rng.randint(1, 16), rng.randint(1, 40)
     generator = torch.Generator().manual_seed(SEED)
     x = torch.randn(tokens, in_features, generator=generator)
     weight = torch.randn(out_features, in_features, generator=generator)
     bias = torch.randn(out_features, generator=generator)
-    results = run_ranks(_row_job, impl=impl, x=x, weight=weight, bias=bias)
+    results = run_ranks([adapters.row_parallel_forward(x.chunk(world_size, dim=-1)[rank].clone(),
+                                                       weight.chunk(world_size, dim=1)[rank].clone(), bias,
+                                                       tp=(rank, world_size)) for rank in range(world_size)])
     expected = F.linear(x.double(), weight.double(), bias.double())
     assert_ranks_close(f"row_parallel_forward, [{tokens}, {in_features}] x [{out_features}, {in_features}] "
                        f"(seed {SEED})", [r.value for r in results], expected, torch.float32,
@@ -45,23 +40,23 @@ def test_row_forward_fresh_shapes(impl, run_ranks, world_size):
     assert_collectives("row_parallel_forward", results, {SEAM_ALL_REDUCE: 1})
 
 
-def _lm_head_job(ctx: RankContext, impl: str, hidden, table, vocab):
-    shard_size = -(-vocab // ctx.world_size)
-    padded = torch.zeros(shard_size * ctx.world_size, table.shape[1])
+def _vocab_shard(table: torch.Tensor, vocab: int, rank: int, world_size: int) -> torch.Tensor:
+    shard_size = -(-vocab // world_size)
+    padded = torch.zeros(shard_size * world_size, table.shape[1])
     padded[:vocab] = table
-    shard = padded[ctx.rank * shard_size:(ctx.rank + 1) * shard_size].clone()
-    return adapters.parallel_lm_head(impl, hidden.to(ctx.device), shard.to(ctx.device), vocab).cpu()
+    return padded[rank * shard_size:(rank + 1) * shard_size].clone()
 
 
 @pytest.mark.task("05-vocab-parallelism/lm-head")
 @pytest.mark.timeout(180)
-def test_lm_head_fresh_vocabulary(impl, run_ranks, world_size):
+def test_lm_head_fresh_vocabulary(run_ranks, world_size):
     rng = _rng(2)
     vocab, hidden_size, positions = rng.randint(world_size, 60), rng.randint(1, 12), rng.randint(1, 5)
     generator = torch.Generator().manual_seed(SEED + 2)
     table = torch.randn(vocab, hidden_size, generator=generator)
     hidden = torch.randn(positions, hidden_size, generator=generator)
-    results = run_ranks(_lm_head_job, impl=impl, hidden=hidden, table=table, vocab=vocab)
+    results = run_ranks([adapters.parallel_lm_head(hidden, _vocab_shard(table, vocab, rank, world_size), vocab,
+                                                   tp=(rank, world_size)) for rank in range(world_size)])
     assert_ranks_close(f"parallel_lm_head, V={vocab}, hidden {hidden_size}, {positions} positions (seed {SEED})",
                        [r.value for r in results], F.linear(hidden.double(), table.double()), torch.float32,
                        tolerance(torch.float32, hidden_size, roundings=1))
@@ -83,7 +78,7 @@ def test_shard_qkv_fresh_heads(impl):
         count = max(1, kv // tp)
         kv_rows = slice(first * head_dim, (first + count) * head_dim)
         expected = torch.cat([q[rank * local * head_dim:(rank + 1) * local * head_dim], k[kv_rows], v[kv_rows]])
-        got = adapters.shard_qkv(impl, q, k, v, rank, tp, heads, kv, head_dim)
+        got = adapters.shard_qkv(impl, q, k, v, rank, tp, heads, kv, head_dim).value
         if not isinstance(got, torch.Tensor) or got.shape != expected.shape or not torch.equal(got, expected):
             raise WrongAnswer(f"shard_qkv: {heads} heads, {kv} KV heads, head_dim {head_dim}, tp={tp}, rank {rank} "
                               f"(seed {SEED}): wrong rows")

@@ -3,7 +3,8 @@ silent, report an error, or die. Importing this module is cheap (no torch), so s
 
 Each writes `pid<rank>` into `marker_dir` first - its pid, its parent's pid, and whether it was
 forked (a forked child carries the grader's modules; a spawned one starts empty) - and
-`ready<rank>` just before it acks. None outlives its launcher or LIFETIME_S.
+`ready<rank>` just before it acks. None outlives its launcher or LIFETIME_S. The grader reads those
+files as untrusted data (they are written by processes the learner's code started).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 LIFETIME_S = 60.0
-GRADER_MODULE = "exercises.grader.adapters"  # imported by the grader's process, never by a spawned rank
+GRADER_MODULE = "grader_child.worker"  # imported by the grader's worker process, never by a spawned rank
 
 
 def behave(rank: int, world_size: int, acks: Any, marker_dir: str, ack_at: dict[int, float] | None = None,
@@ -30,7 +31,7 @@ def behave(rank: int, world_size: int, acks: Any, marker_dir: str, ack_at: dict[
     if rank in dying:
         os._exit(3)
     if rank in failing:
-        acks.put(("error", rank, f"rank {rank} could not load its weights (simulated)"))
+        acks.put(("error", rank, "could not load its weights (simulated)"))  # the launcher must add who
     elif rank not in silent:
         Path(marker_dir, f"ready{rank}").touch()
         acks.put(("ready", rank, f"rank {rank} of {world_size} ready"))

@@ -1,19 +1,23 @@
-"""What a grader rank records about collectives (chapter 00 explains the grader).
+"""What a sandboxed grader rank records about collectives (chapter 00 explains the grader).
 
 While a learner's function runs, every collective it makes is logged with its group, dtype and
-device, whether it called torch.distributed directly or went through minisgl.distributed, so a
-test can check that the collective the chapter teaches is the one used, on the group it was given.
-All job long, each rank also counts the torch.distributed collectives it enters, in memory the
-grader shares: when a job hangs, that names the rank that never joined the collective another
-rank waits in.
+device, whether it called torch.distributed directly or went through minisgl.distributed, so the
+grader can check that the collective the chapter teaches is the one used, on the group it was
+given. All job long, each rank also counts the torch.distributed collectives it enters in a small
+file the grader maps (`progress`): when a job hangs, that names the rank that never joined the
+collective another rank waits in.
+
+This runs inside the learner's process, so what it reports is evidence, not proof: the grader
+scores values it checks itself, and reads these counts only to explain a failure.
 """
 
 from __future__ import annotations
 
 import inspect
+import mmap
+import struct
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 TORCH_COLLECTIVES = (
@@ -23,14 +27,7 @@ TORCH_COLLECTIVES = (
 )
 SEAM_COLLECTIVES = ("all_reduce", "all_gather")
 NOT_IN_A_COLLECTIVE = -1
-
-
-@dataclass(frozen=True)
-class Collective:
-    api: str  # "torch.distributed.broadcast" or "minisgl.distributed.all_reduce"
-    group: str  # the job's name for the group ("WORLD", "cpu", "side", "half"), else "another group"
-    dtype: str | None  # of the first tensor handed over
-    device: str | None
+SLOT = struct.Struct("<ii")  # per rank: collectives entered, index of the one it is in
 
 
 def describe(api_index: int) -> str:
@@ -47,24 +44,36 @@ def _first_tensor(value: Any) -> Any:
     return None
 
 
+class Progress:
+    """This rank's two counters in the file the grader reads (a file of SLOT per rank)."""
+
+    def __init__(self, path: str | None, rank: int) -> None:
+        self.offset = rank * SLOT.size
+        self._map = None
+        if path:
+            with open(path, "r+b") as f:
+                self._map = mmap.mmap(f.fileno(), 0)
+        self.entered, self.current = 0, NOT_IN_A_COLLECTIVE
+
+    def set(self, entered: int, current: int) -> None:
+        self.entered, self.current = entered, current
+        if self._map is not None:
+            SLOT.pack_into(self._map, self.offset, entered, current)
+
+
 class Recorder:
     """Installed once per grader rank, before any learner module is imported."""
 
-    def __init__(self, rank: int, progress: Any, groups: dict[str, Any]) -> None:
-        self.rank = rank
-        self.progress = progress  # shared ints: [2 * rank] collectives entered, [2 * rank + 1] the one it is in
+    def __init__(self, progress: Progress, groups: dict[str, Any]) -> None:
+        self.progress = progress
         self.group_names = {id(group): name for name, group in groups.items() if group is not None}
-        self.log: list[Collective] = []
+        self.log: list[list[str | None]] = []  # [api, group, dtype, device] per collective
         self.recording = False
         self._seam_depth = 0
 
     def start_job(self) -> None:
         self.log = []
-        self.progress[2 * self.rank], self.progress[2 * self.rank + 1] = 0, NOT_IN_A_COLLECTIVE
-
-    @property
-    def entered(self) -> int:
-        return self.progress[2 * self.rank]
+        self.progress.set(0, NOT_IN_A_COLLECTIVE)
 
     def install(self) -> None:
         import torch.distributed as dist
@@ -88,8 +97,8 @@ class Recorder:
     def _record(self, api: str, group: str, tensor: Any) -> None:
         if self.recording and self._seam_depth == 0:
             tensor = _first_tensor(tensor)
-            self.log.append(Collective(api, group, None if tensor is None else str(tensor.dtype).removeprefix("torch."),
-                                       None if tensor is None else tensor.device.type))
+            self.log.append([api, group, None if tensor is None else str(tensor.dtype).removeprefix("torch."),
+                             None if tensor is None else tensor.device.type])
 
     def _wrap_torch(self, index: int, original: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(original)
@@ -99,12 +108,12 @@ class Recorder:
             group = self._group_name(bound.arguments.get("group"))
             first = next(iter(bound.arguments.values()), None)
             self._record(describe(index), group, first)
-            self.progress[2 * self.rank] += 1
-            self.progress[2 * self.rank + 1] = index
+            entered = self.progress.entered + 1
+            self.progress.set(entered, index)
             try:
                 return original(*args, **kwargs)
             finally:
-                self.progress[2 * self.rank + 1] = NOT_IN_A_COLLECTIVE
+                self.progress.set(entered, NOT_IN_A_COLLECTIVE)
 
         collective.__wrapped__ = original  # type: ignore[attr-defined]
         return collective
@@ -122,24 +131,11 @@ class Recorder:
 
         return seam
 
-
-_RECORDER: Recorder | None = None  # set in grader ranks only
-
-
-def install(recorder: Recorder) -> None:
-    global _RECORDER
-    recorder.install()
-    _RECORDER = recorder
-
-
-@contextmanager
-def learner_calls() -> Iterator[None]:
-    """Log the collectives made inside this block (the learner's function); a no-op outside ranks."""
-    if _RECORDER is None:
-        yield
-        return
-    _RECORDER.recording = True
-    try:
-        yield
-    finally:
-        _RECORDER.recording = False
+    @contextmanager
+    def learner_calls(self) -> Iterator[None]:
+        """Log the collectives made inside this block (the learner's function)."""
+        self.recording = True
+        try:
+            yield
+        finally:
+            self.recording = False
