@@ -10,7 +10,7 @@ TP ?= 1
 # a stamp: the chapter notebooks ran and their executed copies are in build/notebooks/
 EXECUTED := build/notebooks/.executed
 
-.PHONY: install run shell test grade docs site-check serve-docs check-env bench clean
+.PHONY: install run shell test grade fuzz docs site-check serve-docs check-env bench clean
 
 TORCH := torch==2.13.0
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
@@ -58,6 +58,13 @@ test: install
 
 grade: install
 	$(PY) -m pytest exercises -q
+
+# The server's own OpenAPI schema driving Schemathesis against a live server (tiny model), longer
+# than the test in `make test`: every phase, FUZZ_EXAMPLES cases per endpoint; prints the counts.
+FUZZ_EXAMPLES ?= 300
+fuzz: install
+	MINISGL_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) MINISGL_FUZZ_PHASES=examples,coverage,fuzzing \
+		$(PY) -m pytest tests/test_server_fuzz.py -q -s -n 0 -p no:cacheprovider
 
 check-env: install
 	$(PY) -m minisgl.check_env

@@ -22,10 +22,11 @@ import torch
 
 from minisgl.attention.base import resolve_attention_backend
 from minisgl.distributed import DistributedInfo, resolve_dist_backend
-from minisgl.distributed.rendezvous import parse_tcp_addr
+from minisgl.distributed.rendezvous import nodes_on_this_machine, usable_cores
 from minisgl.kvcache import CACHES
 from minisgl.models.config import ModelConfig
 from minisgl.models.stage import split_layers
+from minisgl.process.nodes import check_dist_init_addr
 from minisgl.trace import check_trace_dir
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ class EngineConfig:
     attention_backend: str = "auto"  # auto: "triton" on CUDA, "torch" on CPU; or "flashinfer" (optional)
     dist_backend: str = "auto"  # auto: "pynccl" with one GPU per rank, else "gloo"; or "nccl", or "symm"
     # (PyNCCL with the symmetric-memory one-shot all-reduce for small messages, chapter 13)
-    dist_init_addr: str = ""  # the store: the launcher fills a fresh file (one machine) or node 0's tcp:// address
+    dist_init_addr: str = ""  # the store: the launcher fills a fresh file (one machine), or node 0's host:port
     nnodes: int = 1  # machines the tp ranks span: rank r runs on node r // (tp_size / nnodes) (chapter 12)
     dp_size: int = 1  # data-parallel replicas on this machine, each its own tp group (chapter 12)
     dp_rank: int = 0  # which replica this rank serves
@@ -102,9 +103,12 @@ class EngineConfig:
 
     @property
     def rank_cpu_threads(self) -> int:
-        """Torch threads of one CPU rank: `cpu_threads`, else this machine's cores shared by its ranks
-        (oversubscribed threads slow every rank down)."""
-        return self.cpu_threads or max(1, (os.cpu_count() or 1) // self.local_world_size)
+        """Torch threads of one CPU rank: `cpu_threads`, else the cores this process may use shared by
+        every rank on the machine, this node's and those of the run's other nodes there (oversubscribed
+        threads slow every rank down: two nodes on one machine each taking all its cores ran 13-19x
+        slower than one launch)."""
+        ranks_here = self.local_world_size * nodes_on_this_machine(self.dist_init_addr, self.nnodes)
+        return self.cpu_threads or max(1, usable_cores() // ranks_here)
 
     @property
     def local_rank(self) -> int:
@@ -185,7 +189,7 @@ def _check_nodes(config: SchedulerConfig) -> None:
         raise ArgsError(f"--nnodes {config.nnodes} needs --dist-init-addr HOST:PORT, an address of node 0 "
                         "that every node can reach")
     try:
-        parse_tcp_addr(config.dist_init_addr)
+        check_dist_init_addr(config.dist_init_addr)
     except ValueError as error:
         raise ArgsError(f"--dist-init-addr: {error}") from None
     if config.tp_info.size % config.nnodes != 0:

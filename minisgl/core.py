@@ -18,6 +18,9 @@ MAX_TOKEN_ID = 2**31 - 1  # bound for token ids and counts: every value must fit
 MAX_SEED = 2**63 - 1
 MAX_PENALTY = 2.0  # OpenAI's range for frequency_penalty and presence_penalty: [-2, 2]
 MAX_LOGIT_BIAS = 100.0  # OpenAI's range for logit_bias values: [-100, 100]
+# the sampler compares top_p with float32 probabilities, where a smaller positive number rounds to 0
+# and then no token would be kept: 2**-149 is float32's smallest positive (subnormal) value
+MIN_TOP_P = 2.0**-149
 
 
 class SamplingError(ValueError):
@@ -54,7 +57,8 @@ class SamplingParams:
     def __post_init__(self) -> None:
         _check(_is_real(self.temperature) and self.temperature >= 0, "temperature", "must be a finite number >= 0",
                self.temperature)
-        _check(_is_real(self.top_p) and 0 < self.top_p <= 1, "top_p", "must be in (0, 1]", self.top_p)
+        _check(_is_real(self.top_p) and MIN_TOP_P <= self.top_p <= 1, "top_p",
+               f"must be in [{MIN_TOP_P:.1e}, 1] (the sampler compares it in float32, where less is 0)", self.top_p)
         _check(_is_int(self.top_k) and -1 <= self.top_k <= MAX_TOKEN_ID, "top_k",
                f"must be -1 (off) or an integer in [0, {MAX_TOKEN_ID}]", self.top_k)
         _check(_is_int(self.max_tokens) and 1 <= self.max_tokens <= MAX_TOKEN_ID, "max_tokens",

@@ -1,9 +1,11 @@
 """Data parallelism: the dispatch policies, and two replicas behind the controller answering exactly
-like one, offline (`LLM(dp_size=2)`) and through the server (`--dp-size 2`)."""
+like one, offline (`LLM(dp_size=2)`) and through the server (`--dp-size 2`), whose /metrics shows
+each replica's numbers next to the server's sums."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
@@ -13,6 +15,7 @@ from minisgl.scheduler.data_parallel import Dispatcher, pick_replica
 from minisgl.testing.server import RunningServer
 
 from test_server_lifecycle import assert_all_gone, descendants
+from test_server_metrics import _metrics
 
 PROMPTS = [[5, 17, 99, 3], list(range(40, 71)), [7, 8, 9, 10, 11, 12], [300, 301, 302]]
 GREEDY = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
@@ -81,6 +84,15 @@ def test_the_server_with_two_replicas_answers_like_one_and_stops_cleanly(tiny_mo
                     "sampling_params": {"temperature": 0, "max_new_tokens": 10, "ignore_eos": True}}
             response = httpx.post(f"{server.base_url}/generate", json=body, timeout=60)
             assert response.json()["output_ids"] == tokens
+        deadline = time.monotonic() + 30
+        while (metrics := _metrics(server.base_url)).get("minisgl_generation_tokens_total") != 40:
+            assert time.monotonic() < deadline, metrics  # each replica's rank 0 reports about once a second
+            time.sleep(0.3)
+        # one request at a time: least-load finds both idle and picks the lower index, replica 0, each time
+        per_replica = [metrics[f'minisgl_replica_generation_tokens_total{{replica="{d}"}}'] for d in range(2)]
+        assert per_replica == [40, 0]
+        free = [metrics[f'minisgl_replica_kv_pages{{replica="{d}",state="free"}}'] for d in range(2)]
+        assert sum(free) == metrics['minisgl_kv_pages{state="free"}']
         assert server.stop() == 0
         assert_all_gone(children)
     finally:

@@ -1,14 +1,18 @@
 """Two "nodes" on one machine (two launches on loopback, gloo): they answer like one node, node 0
 ends the run for both, and killing either side's launcher with SIGKILL stops the other with one
-line naming it, leaving no process behind."""
+line naming it, leaving no process behind. Strangers on node 0's link port (silent, garbage, a node
+of another run) are ignored while the real node joins; every bad --dist-init-addr is one line
+quoting what was typed; the ranks of both nodes share the machine's cores."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +20,9 @@ import httpx
 import pytest
 
 from minisgl import LLM, SamplingParams
+from minisgl.distributed import DistributedInfo
+from minisgl.config import EngineConfig
+from minisgl.process.nodes import NODE_PORT_OFFSET, check_dist_init_addr
 from minisgl.testing.server import RunningServer
 from minisgl.utils import free_port
 
@@ -54,10 +61,11 @@ class WorkerNode:
         self.log_path.unlink(missing_ok=True)
 
 
-def _node_args(model_dir: Path, tp_size: int, node_rank: int, dist_init_port: int) -> list[str]:
+def _node_args(model_dir: Path, tp_size: int, node_rank: int, dist_init_port: int,
+               scheme: str = "") -> list[str]:
     return ["--model", str(model_dir), "--device", "cpu", "--dtype", "float32", "--num-pages", "256",
             "--tp-size", str(tp_size), "--nnodes", "2", "--node-rank", str(node_rank),
-            "--dist-init-addr", f"127.0.0.1:{dist_init_port}"]
+            "--dist-init-addr", f"{scheme}127.0.0.1:{dist_init_port}"]
 
 
 def _start_two_nodes(model_dir: Path, tp_size: int) -> tuple[RunningServer, WorkerNode]:
@@ -135,3 +143,107 @@ def test_bad_node_flags_fail_fast_with_one_line(tiny_model_dir, args: list[str],
     assert result.returncode == 2
     assert error_lines(result.stderr) == result.stderr.strip().splitlines()
     assert message in result.stderr
+
+
+def _connect_when_listening(port: int, timeout_s: float) -> socket.socket:
+    """A TCP connection to 127.0.0.1:`port`, as soon as something listens there."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+        except ConnectionRefusedError:
+            assert time.monotonic() < deadline, f"nothing listened on {port}"
+            time.sleep(0.05)
+
+
+def test_strangers_on_the_link_port_are_ignored_while_the_node_joins(tiny_model_dir) -> None:
+    model_dir = tiny_model_dir("llama")
+    port = free_port()
+    started: dict[str, object] = {}
+
+    def start_node_0() -> None:  # RunningServer returns once healthy, i.e. once node 1 joined
+        try:
+            started["server"] = RunningServer(_node_args(model_dir, 2, 0, port, scheme="tcp://"))
+        except BaseException as error:
+            started["error"] = error
+
+    node_0 = threading.Thread(target=start_node_0)
+    node_0.start()
+    strangers: list[socket.socket] = []
+    worker = None
+    try:
+        # before node 1 exists: one connection says nothing, one speaks HTTP, one is a node of another run
+        silent = _connect_when_listening(port + NODE_PORT_OFFSET, 120)
+        strangers += [silent] + [socket.create_connection(("127.0.0.1", port + NODE_PORT_OFFSET)) for _ in range(2)]
+        strangers[1].sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        strangers[2].sendall(b"minisgl-node 0123456789abcdef 1\n")
+        strangers[2].settimeout(120)
+        assert strangers[2].makefile("rb").readline().startswith(b"refused its launch settings differ")
+        worker = WorkerNode(_node_args(model_dir, 2, 1, port))  # (host:port here, tcp://host:port on node 0)
+        node_0.join(240)
+        assert "error" not in started, (started.get("error"), worker.log())
+        server = started["server"]
+        assert isinstance(server, RunningServer)
+        try:
+            worker.wait_serving()
+            assert len(_generate(server, PROMPTS[0])) == MAX_TOKENS
+            log = server.log()
+            assert "is not a minisgl node; ignored" in log and "was refused: its launch settings differ" in log
+        finally:
+            server.stop()
+    finally:
+        node_0.join(240)
+        for stranger in strangers:
+            stranger.close()
+        if worker is not None:
+            worker.stop()
+
+
+@pytest.mark.parametrize(
+    ("addr", "message"),
+    [
+        ("127.0.0.1:65534", "use a port in 1..65533"),  # node 0 also listens on port + 1 and port + 2
+        ("127.0.0.1:65535", "use a port in 1..65533"),
+        ("127.0.0.1:65536", "with a port in 1..65535"),
+        ("127.0.0.1:0", "with a port in 1..65535"),
+        ("127.0.0.1", "not a host:port address"),
+        ("tcp://127.0.0.1", "not a host:port address"),
+        ("http://127.0.0.1:29500", "not a host:port address"),
+        ("127.0.0.1:29500/path", "not a host:port address"),
+    ],
+)
+def test_every_bad_dist_init_addr_is_one_line_quoting_what_was_typed(addr: str, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        check_dist_init_addr(addr)
+    assert message in str(info.value) and "\n" not in str(info.value)
+    assert str(info.value).startswith(f"{addr!r} ") or f" of {addr!r} " in str(info.value)  # as typed, no prefix
+
+
+def test_a_dist_init_addr_is_accepted_with_or_without_tcp() -> None:
+    assert check_dist_init_addr("tcp://10.0.0.1:29500") == check_dist_init_addr("10.0.0.1:29500") == ("10.0.0.1", 29500)
+    assert check_dist_init_addr("[::1]:29500") == ("::1", 29500)
+
+
+def test_a_port_without_room_for_the_next_two_is_one_line_from_the_cli(tiny_model_dir) -> None:
+    result = run_cli("--model", str(tiny_model_dir("llama")), "--device", "cpu", "--nnodes", "2", "--tp-size", "2",
+                     "--dist-init-addr", "tcp://127.0.0.1:65535", timeout=60)
+    assert result.returncode == 2
+    assert error_lines(result.stderr) == result.stderr.strip().splitlines()  # one line, no traceback
+    # the address as typed: its tcp:// is understood, and no second one is added
+    assert "--dist-init-addr: the port of 'tcp://127.0.0.1:65535'" in result.stderr and "1..65533" in result.stderr
+
+
+def test_the_ranks_of_nodes_on_one_machine_share_its_cores(monkeypatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+
+    def threads(addr: str, nnodes: int = 2, tp_size: int = 4) -> int:
+        return EngineConfig(Path("model"), tp_info=DistributedInfo(0, tp_size), nnodes=nnodes,
+                            dist_init_addr=addr).rank_cpu_threads
+
+    assert threads("127.0.0.1:29500") == 2  # loopback: both nodes are here, 4 ranks on 8 cores
+    assert threads("tcp://localhost:29500") == 2
+    assert threads("10.0.0.1:29500") == 4  # a network address: a machine per node, 2 ranks on its 8 cores
+    assert threads("file:///tmp/store", nnodes=1) == 2  # one node: its 4 ranks
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # taskset -c 0,1
+    assert threads("10.0.0.1:29500") == 1

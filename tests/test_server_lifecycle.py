@@ -156,6 +156,25 @@ def test_killed_rank_takes_the_server_down(tiny_model_dir):
     assert_all_gone(children)
 
 
+def test_after_a_rank_is_killed_mid_request_the_survivor_names_it(tiny_model_dir):
+    server = RunningServer(tiny_server_args(tiny_model_dir, "--tp-size", "2"))
+    try:
+        victim = server.child_pid("minisgl-TP1-scheduler")
+        body = {"prompt": "A long answer", "max_tokens": 400, "ignore_eos": True, "temperature": 0, "stream": True}
+        with httpx.stream("POST", f"{server.base_url}/v1/completions", json=body, timeout=60) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: {"):  # tokens flow: every step runs collectives on both ranks
+                    os.kill(victim, signal.SIGKILL)
+                    break
+        server.process.wait(timeout=30)
+    finally:
+        server.stop()
+    survivor = [line for line in server.log().splitlines() if line.startswith("[minisgl-TP0-scheduler] stopped")]
+    assert len(survivor) == 1, server.log()
+    assert f"peer rank 1 (minisgl-TP1-scheduler, pid {victim} " in survivor[0] and "died" in survivor[0]
+    assert "request" not in survivor[0]  # the step's requests did nothing wrong
+
+
 def test_children_exit_when_the_server_is_killed(tiny_model_dir, monkeypatch):
     # a temp root of its own: a server started by a test in another worker would remove
     # this server's leftover folder before we look (that is the clean-up under test)

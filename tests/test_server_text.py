@@ -119,7 +119,7 @@ def test_prompt_tokenizer_checks(tiny_model_dir):
 def test_bad_sampling_parameters_name_the_parameter(body, param):
     request = parse_body(CompletionRequest, json.dumps(body))
     with pytest.raises(ApiError) as info:
-        sampling_from_openai(request, ("max_tokens", request.max_tokens), 16)
+        sampling_from_openai(request, 16)
     assert info.value.status == 400 and info.value.param == param
 
 

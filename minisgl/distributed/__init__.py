@@ -11,6 +11,7 @@
 - `all_to_all.py`: the all-to-all that sends tokens to their experts' ranks and back (expert
   parallelism, chapter 14);
 - `counter.py`: the communication counter, bytes and time of each collective per forward and layer;
+- `peers.py`: who the other ranks are (process, machine, pid), so a failed collective names a dead peer;
 - `pipeline.py`: the point-to-point sends and receives between pipeline stages (chapter 13).
 
 Outside this folder nothing touches `torch.distributed`'s collectives or groups:

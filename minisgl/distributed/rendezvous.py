@@ -10,10 +10,14 @@ network interface their gloo / NCCL sockets use.
 
 Left alone, gloo and NCCL open their sockets on the interface the hostname resolves to, which may
 be neither (a public one, or 127.0.1.1 on many Debian machines).
+
+How many CPU threads a rank takes depends on who else shares its machine's cores
+(`nodes_on_this_machine`, `usable_cores`).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 from datetime import timedelta
@@ -42,14 +46,17 @@ def rendezvous(init_addr: str, rank: int, world_size: int, timeout: timedelta) -
 
 
 def parse_tcp_addr(addr: str) -> tuple[str, int]:
-    """`tcp://host:port` or `host:port` -> (host, port); a one-line ValueError otherwise."""
+    """`host:port` or `tcp://host:port` (an IPv6 host in brackets: `[::1]:29500`) -> (host, port); a
+    one-line ValueError quoting `addr` as given otherwise."""
     parts = urlsplit(addr if "://" in addr else f"tcp://{addr}")
     try:
-        port = parts.port
+        port = parts.port  # (a ValueError for a port that is not a number in 0..65535)
     except ValueError:
         port = None
-    if parts.scheme != "tcp" or not parts.hostname or port is None:
-        raise ValueError(f"{addr!r} is not a host:port address (e.g. 10.0.0.1:29500)")
+    extra = parts.path or parts.query or parts.fragment or parts.username
+    if parts.scheme != "tcp" or not parts.hostname or port is None or port == 0 or extra:
+        raise ValueError(f"{addr!r} is not a host:port address with a port in 1..65535 "
+                         "(e.g. 10.0.0.1:29500 or tcp://10.0.0.1:29500)")
     return parts.hostname, port
 
 
@@ -92,3 +99,27 @@ def interface_towards(host: str) -> str:
         if any(a.address.split("%")[0] == local for a in addresses):
             return name
     raise ValueError(f"no network interface holds {local}, this machine's address towards {host}")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (taskset, numactl, a container's cpuset),
+    else every core of the machine."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def nodes_on_this_machine(init_addr: str, nnodes: int) -> int:
+    """How many of a run's nodes share this machine's cores. Nodes that meet on a loopback address
+    are all on this machine (no other machine can reach it: two launches on one laptop, as the tests
+    run them); nodes that meet on a network address are taken to have a machine each. Two nodes on
+    one machine over a network address should each be pinned to their own cores (taskset -c), which
+    `usable_cores` then honours."""
+    if nnodes == 1 or not init_addr or init_addr.startswith("file://"):
+        return 1
+    host, _ = parse_tcp_addr(init_addr)
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: only "localhost" is certain without a DNS lookup
+        loopback = host == "localhost"
+    return nnodes if loopback else 1

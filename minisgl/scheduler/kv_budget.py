@@ -10,16 +10,25 @@ starts at RATIO_INIT, falls by RATIO_DECAY every decode step down to RATIO_MIN (
 before their `max_tokens`, so the estimate can shrink), and goes back to 1 when a decode step
 runs out of pages anyway and requests had to be retracted.
 
+A request can never hold more tokens than the cache (`capacity`): prompt plus `max_tokens` is
+capped there, as it is at the context length, so a budget smaller than the context shortens a
+request that gives no `max_tokens` instead of refusing it (SGLang caps `max_new_tokens` the same
+way, at `max_req_len` in its scheduler; vLLM refuses to start instead). A warning at start-up says
+so.
+
 Everything here is arithmetic on the scheduler's own state, so every TP rank computes the same
 numbers and takes the same decisions.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 
-from minisgl.core import Req
+from minisgl.core import Req, RequestError
 from minisgl.kvcache import KVCachePool, PrefixCache
+
+logger = logging.getLogger(__name__)
 
 ESTIMATE_CLIP = 256  # tokens: a request is never expected to need more than this many "soon"
 RATIO_INIT = 0.7
@@ -34,6 +43,26 @@ class KVBudget:
         self.new_token_ratio = RATIO_INIT
         self.prompt_tokens = 0  # tokens of every admission's prefill (a retracted request counts again)
         self.cached_tokens = 0  # of those, found in the prefix cache
+
+    @property
+    def capacity(self) -> int:
+        """Tokens one request can hold at most: every page but the reserved one."""
+        return (self.pool.allocator.num_pages - 1) * self.pool.page_size
+
+    def max_total_len(self, prompt_len: int, max_tokens: int) -> int:
+        """Prompt plus `max_tokens`, capped at `capacity`; a `RequestError` when the prompt leaves
+        no room there for one new token."""
+        if prompt_len >= self.capacity:
+            raise RequestError(f"the prompt has {prompt_len} tokens; the KV cache holds {self.capacity} (prompt plus "
+                               "at least one new token): shorten the prompt or raise --num-pages / --kv-memory-gb")
+        return min(prompt_len + max_tokens, self.capacity)
+
+    def warn_if_below(self, context_len: int) -> None:
+        """Say at start-up when one request cannot use the whole context."""
+        if self.capacity < context_len:
+            logger.warning("the KV cache holds %d tokens, less than the model's context of %d: a request's prompt "
+                           "plus output is capped at %d tokens; raise --num-pages or --kv-memory-gb for more",
+                           self.capacity, context_len, self.capacity)
 
     def reserve(self, req: Req) -> int:
         """Pages `req` is expected to need soon beyond the pages it holds (its prompt included,

@@ -11,6 +11,7 @@ from multiprocessing.process import BaseProcess
 
 from minisgl.config import SchedulerConfig
 from minisgl.distributed import DistributedInfo
+from minisgl.distributed.peers import gather_peers, naming_dead_peers
 from minisgl.distributed.rendezvous import file_init_method
 from minisgl.message import IpcAddresses, PushQueue, ShutdownRequest
 from minisgl.process import ChildGroup, Ready
@@ -54,6 +55,7 @@ def run_scheduler(config: SchedulerConfig, addrs: IpcAddresses, ready: Ready) ->
     from minisgl.engine.engine import Engine  # in the rank's process: a launcher never loads the engine
 
     engine = Engine(config)
+    peers = gather_peers(engine.groups.world) if engine.groups.world is not None else []
     io: SchedulerIO
     if config.pp_info.size == 1:
         io = ZmqIO(config.tp_info, engine.groups.cpu, addrs, config.dp_rank)
@@ -64,7 +66,8 @@ def run_scheduler(config: SchedulerConfig, addrs: IpcAddresses, ready: Ready) ->
         scheduler = PipelineScheduler(config, engine, io)
     ready(f"{engine.kv_pool.allocator.num_pages} KV pages, {describe_precision(engine.config)}")
     try:
-        scheduler.run_forever()
+        with naming_dead_peers(peers):  # a killed peer is named, not the requests of the failed step
+            scheduler.run_forever()
     finally:
         io.close()
         engine.shutdown()

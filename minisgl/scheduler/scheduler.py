@@ -71,6 +71,8 @@ class Scheduler:
         self.pool = engine.kv_pool
         self.cache = create_prefix_cache(config.cache, self.pool.allocator, self.pool.page_size)
         self.kv = KVBudget(self.cache, self.pool)
+        if config.world_rank == 0:  # (every rank has the same cache: one line is enough)
+            self.kv.warn_if_below(engine.model_config.max_position_embeddings)
         self.eos_ids = set(engine.model_config.eos_token_ids)
         self.waiting: deque[Req] = deque()
         self.prefilling: list[Req] = []  # admitted, prompt not fully in the KV cache yet
@@ -173,11 +175,7 @@ class Scheduler:
     def _new_req(self, message: GenerateRequest) -> Req:
         """The prompt rules were checked before rank 0 (`check_request`); only the KV capacity is
         known here alone."""
-        max_total = len(message.input_ids) + message.sampling.max_tokens  # within the context
-        if self.pool.pages_for(max_total) > self.pool.allocator.num_pages - 1:
-            capacity = (self.pool.allocator.num_pages - 1) * self.pool.page_size
-            raise RequestError(f"the request needs {max_total} KV slots; the cache holds {capacity} "
-                               "(raise the KV budget)")
+        max_total = self.kv.max_total_len(len(message.input_ids), message.sampling.max_tokens)
         seed = message.sampling.seed if message.sampling.seed is not None else self.config.seed + message.uid
         generator = torch.Generator().manual_seed(seed)  # the same draws on every rank (engine/sampler.py)
         return Req(message.uid, list(message.input_ids), message.sampling, max_total, generator=generator)

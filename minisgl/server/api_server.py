@@ -10,6 +10,9 @@ What no request can do: hold its slot after it ended (every path closes its stre
 after its client left (the disconnect is noticed at once, streaming or not, and the abort frees
 its KV pages), or break the connection with an unexpected error (a JSON 500, one log line, and
 the connection stays usable). When the server stops, every open stream gets an error event.
+What one connection may cost (body size, read deadlines) is bounded in `limits.py`; the OpenAPI
+schema names each endpoint's request body and error answers, so a schema-driven client or fuzzer
+can use it.
 """
 
 from __future__ import annotations
@@ -27,10 +30,13 @@ from typing import Any
 
 import uvicorn
 from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from minisgl.message import TextOutput
@@ -40,11 +46,14 @@ from minisgl.process import ChildWatcher, LaunchError
 from .args import ServerArgs
 from .frontend import ClientGone, Frontend, Overloaded, RequestStream, Unavailable
 from .launch import ServerProcesses
+from .limits import MIB, BodyLimits, TimedH11Protocol
 from .metrics import CONTENT_TYPE, render_metrics
 from .protocol import (
+    REQUEST_BODIES,
     ApiError,
     ChatCompletionRequest,
     CompletionRequest,
+    ErrorResponse,
     GenerateRequestBody,
     chat_messages,
     check_content_type,
@@ -91,6 +100,9 @@ class _OneLineErrors(APIRoute):
                 return await handler(request)
             except (ApiError, StarletteHTTPException):
                 raise  # answered by their exception handlers
+            except ClientDisconnect:  # the client's business, not an error of ours
+                logger.info("a client left %s before its body arrived", request.url.path)
+                return Response(status_code=499)  # nginx's code for it; nobody reads this
             except Exception as error:
                 return _internal_error(request, error)
 
@@ -121,15 +133,20 @@ def create_app(state: ApiState, on_startup: Callable[[Frontend], None] = lambda 
     docs: dict[str, Any] = {"docs_url": None, "redoc_url": None, "openapi_url": None} if api_key else {}
     app = FastAPI(title="minisgl", lifespan=lifespan, **docs)
     app.router.route_class = _OneLineErrors
+    app.openapi = lambda: _openapi_schema(app)  # type: ignore[method-assign]
+    app.add_middleware(BodyLimits, max_bytes=int(state.args.max_body_mb * MIB),
+                       read_timeout_s=state.args.read_timeout_s)
 
     # ---- errors in OpenAI's shape -----------------------------------------------------------
     @app.exception_handler(ApiError)
     async def on_api_error(request: Request, error: ApiError) -> JSONResponse:
-        return JSONResponse(error.body(), status_code=error.status)
+        return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse(ApiError(error.status_code, str(error.detail)).body(), status_code=error.status_code)
+        # its headers carry `Allow` on a 405
+        return JSONResponse(ApiError(error.status_code, str(error.detail)).body(), status_code=error.status_code,
+                            headers=error.headers)
 
     @app.exception_handler(Exception)
     async def on_crash(request: Request, error: Exception) -> JSONResponse:
@@ -161,36 +178,33 @@ def create_app(state: ApiState, on_startup: Callable[[Frontend], None] = lambda 
     async def metrics() -> Response:
         """Prometheus text format (metrics.py); open like /health, for scrapers."""
         assert state.frontend is not None
-        return Response(render_metrics(state.frontend), media_type=CONTENT_TYPE)
+        return Response(render_metrics(state.frontend, state.args.scheduler.dp_size), media_type=CONTENT_TYPE)
 
     @protected.get("/v1/models")
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": state.model_name, "object": "model", "created": state.created,
                                              "owned_by": "minisgl", "max_model_len": state.context_len}]}
 
-    @protected.post("/v1/completions")
+    @protected.post("/v1/completions", **_documented(CompletionRequest))
     async def completions(request: Request) -> Response:
         body = await _parse(request, CompletionRequest)
         state.check_model(body.model)
-        sampling, stop = sampling_from_openai(body, ("max_tokens", body.max_tokens), COMPLETIONS_DEFAULT_MAX_TOKENS)
+        sampling, stop = sampling_from_openai(body, COMPLETIONS_DEFAULT_MAX_TOKENS)
         stream = _submit(state, sampling, stop, **completion_prompt(body))
         return await _respond(stream, request, body.stream, _include_usage(body),
                               _OpenAIFormat("cmpl", "text_completion", state.model_name, chat=False))
 
-    @protected.post("/v1/chat/completions")
+    @protected.post("/v1/chat/completions", **_documented(ChatCompletionRequest))
     async def chat_completions(request: Request) -> Response:
         body = await _parse(request, ChatCompletionRequest)
         state.check_model(body.model)
-        if body.max_completion_tokens is not None:
-            max_tokens = ("max_completion_tokens", body.max_completion_tokens)
-        else:
-            max_tokens = ("max_tokens", body.max_tokens)
-        sampling, stop = sampling_from_openai(body, max_tokens, state.context_len)  # default: until the context is full
+        # default: until the context, or the KV cache (rank 0 caps it), is full
+        sampling, stop = sampling_from_openai(body, state.context_len)
         stream = _submit(state, sampling, stop, messages=chat_messages(body))
         return await _respond(stream, request, body.stream, _include_usage(body),
                               _OpenAIFormat("chatcmpl", "chat.completion", state.model_name, chat=True))
 
-    @protected.post("/generate")
+    @protected.post("/generate", **_documented(GenerateRequestBody))
     async def generate(request: Request) -> Response:
         body = await _parse(request, GenerateRequestBody)
         if (body.text is None) == (body.input_ids is None):
@@ -202,6 +216,31 @@ def create_app(state: ApiState, on_startup: Callable[[Frontend], None] = lambda 
 
     app.include_router(protected)
     return app
+
+
+# ---- the OpenAPI schema ---------------------------------------------------------------------------
+# The handlers read their bodies themselves (strictly, after the Content-Type check, `_parse`), so
+# FastAPI cannot see the request models: each route names its own, and the schema gets them all.
+_ERRORS = {400: "invalid request: the message names the parameter", 401: "missing or wrong API key",
+           404: "unknown model", 408: "the body stalled (--read-timeout)", 413: "the body is too large (--max-body-mb)",
+           415: "not a JSON body", 503: "overloaded (--max-pending-requests), or a process died"}
+
+
+def _documented(body: type[BaseModel]) -> dict[str, Any]:
+    """The route's entries in the schema: its request body and its error answers."""
+    content = {"application/json": {"schema": {"$ref": f"#/components/schemas/{body.__name__}"}}}
+    return {"openapi_extra": {"requestBody": {"required": True, "content": content}},
+            "responses": {status: {"model": ErrorResponse, "description": text} for status, text in _ERRORS.items()}}
+
+
+def _openapi_schema(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+        _, bodies = models_json_schema([(model, "validation") for model in REQUEST_BODIES],
+                                       ref_template="#/components/schemas/{model}")
+        schema.setdefault("components", {}).setdefault("schemas", {}).update(bodies["$defs"])
+        app.openapi_schema = schema
+    return app.openapi_schema
 
 
 async def _parse(request: Request, model: type[BaseModel]) -> Any:
@@ -394,6 +433,15 @@ class _Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+def http_config(app: FastAPI, args: ServerArgs, **overrides: Any) -> uvicorn.Config:
+    """uvicorn's settings for `app`: h11 with a deadline on each request's header (limits.py)."""
+    debug = args.log_level == "debug"
+    settings: dict[str, Any] = {"log_level": "debug" if debug else "warning", "access_log": debug,
+                                "timeout_graceful_shutdown": 2,
+                                "http": TimedH11Protocol.with_read_timeout(args.read_timeout_s)}
+    return uvicorn.Config(app, **{**settings, **overrides})
+
+
 def run_api_server(args: ServerArgs, processes: ServerProcesses, watcher: ChildWatcher, sock: socket.socket) -> None:
     """Serve HTTP on `sock` until Ctrl-C, SIGTERM, or a child's death (then `watcher.failure` says which)."""
     state = ApiState(args, processes)
@@ -413,10 +461,7 @@ def run_api_server(args: ServerArgs, processes: ServerProcesses, watcher: ChildW
         logger.info("ready: %s at http://%s:%d/v1 (OpenAI API), /generate, /health, /metrics", state.model_name,
                     host, port)
 
-    debug = args.log_level == "debug"
-    config = uvicorn.Config(create_app(state, on_startup), log_level="debug" if debug else "warning",
-                            access_log=debug, timeout_graceful_shutdown=2)
-    server = _Server(config, state)
+    server = _Server(http_config(create_app(state, on_startup), args), state)
     if args.api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         logger.warning("listening on %s without --api-key: anyone who can reach this port can use the model",
                        args.host)

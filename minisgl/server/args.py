@@ -22,6 +22,8 @@ from minisgl.distributed.groups import DIST_BACKENDS
 from minisgl.kvcache import CACHES
 from minisgl.models.config import MOE_PARALLEL
 
+from .limits import DEFAULT_MAX_BODY_MB, DEFAULT_READ_TIMEOUT_S, check_http_limits
+
 DEFAULT_PORT = 8000
 API_KEY_ENV = "MINISGL_API_KEY"
 
@@ -39,6 +41,8 @@ class ServerArgs:
     log_level: str = "info"
     shell: bool = False
     node_rank: int = 0  # this machine's place in a multi-node run; node 0 serves HTTP (chapter 12)
+    max_body_mb: float = DEFAULT_MAX_BODY_MB  # a larger HTTP body is a 413, unread (limits.py)
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S  # a slower header, or a longer pause in a body, closes
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -158,6 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--api-key", metavar="KEY", default=os.environ.get(API_KEY_ENV) or None,
                         help="require 'Authorization: Bearer KEY' on /v1 and /generate, and turn /docs off "
                              f"(default: ${API_KEY_ENV}, which unlike this flag does not show in ps)")
+    server.add_argument("--max-body-mb", type=float, default=DEFAULT_MAX_BODY_MB, metavar="MB",
+                        help="largest HTTP request body in MiB; a larger one is answered 413 before it is read "
+                             "(default: %(default)g)")
+    server.add_argument("--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT_S, metavar="SECONDS",
+                        help="how long a client may take to send a request's header, or pause within its body, "
+                             "before the connection is closed (default: %(default)g)")
     server.add_argument("--shell", action="store_true", help="chat in this terminal instead of serving HTTP")
     server.add_argument("--seed", type=int, default=defaults.seed,
                         help="base seed of requests that give none (default: %(default)s)")
@@ -200,7 +210,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         overlap_schedule=False if ns.disable_overlap_schedule else None,
         comm_stats_dir=ns.comm_stats_dir,
         trace_dir=ns.trace,
-        dist_init_addr=f"tcp://{ns.dist_init_addr}" if ns.dist_init_addr else "",
+        dist_init_addr=ns.dist_init_addr or "",  # as typed (tcp:// or not): its errors quote it
         load_format=ns.load_format,
         moe_parallel=ns.moe_parallel,
         seed=ns.seed,
@@ -220,6 +230,8 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         log_level=ns.log_level,
         shell=ns.shell,
         node_rank=ns.node_rank,
+        max_body_mb=ns.max_body_mb,
+        read_timeout_s=ns.read_timeout,
     )
 
 
@@ -232,6 +244,10 @@ def check_args(args: ServerArgs) -> ServerArgs:
             raise ArgsError(f"{flag} must be at least 1, got {value}")
     if not 0 <= args.port <= 65535:
         raise ArgsError(f"--port must be in 0..65535, got {args.port}")
+    try:
+        check_http_limits(args.max_body_mb, args.read_timeout_s)
+    except ValueError as error:
+        raise ArgsError(str(error)) from None
     nnodes = args.scheduler.nnodes
     if not 0 <= args.node_rank < max(nnodes, 1):
         raise ArgsError(f"--node-rank must be in 0..{nnodes - 1} for --nnodes {nnodes}, got {args.node_rank}")

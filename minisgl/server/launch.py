@@ -33,7 +33,14 @@ from minisgl.distributed.rendezvous import parse_tcp_addr
 from minisgl.message import IpcAddresses
 from minisgl.models.config import ModelError
 from minisgl.process import ChildDied, ChildGroup, ChildWatcher, LaunchError
-from minisgl.process.nodes import NODE_PORT_OFFSET, accept_nodes, connect_to_node0, listen_for_nodes, say_stop
+from minisgl.process.nodes import (
+    NODE_PORT_OFFSET,
+    accept_nodes,
+    connect_to_node0,
+    listen_for_nodes,
+    run_id,
+    say_stop,
+)
 from minisgl.scheduler.data_parallel import spawn_schedulers
 from minisgl.scheduler.process import shut_down_ranks, spawn_ranks
 from minisgl.tokenizer.process import run_detokenizer, run_tokenizer
@@ -75,7 +82,7 @@ class ServerProcesses:
             for i in range(args.num_tokenizers):
                 group.spawn(f"minisgl-tokenizer-{i}", run_tokenizer, i, model_path, addrs)
             group.spawn("minisgl-detokenizer", run_detokenizer, model_path, addrs)
-            links = accept_nodes(listener, config.nnodes, args.start_timeout_s) if listener else {}
+            links = accept_nodes(listener, config.nnodes, node_run_id(config), args.start_timeout_s) if listener else {}
             group.wait_ready(args.start_timeout_s, fix="raise --start-timeout")
         except BaseException:
             group.stop()  # (wait_ready stops a group that fails; a second stop does nothing)
@@ -103,6 +110,13 @@ def node_addresses(group: ChildGroup, config: SchedulerConfig, num_tokenizers: i
         return addrs
     host, port = parse_tcp_addr(config.dist_init_addr)
     return dataclasses.replace(addrs, broadcast=f"tcp://{host}:{port + 1}")
+
+
+def node_run_id(config: SchedulerConfig) -> str:
+    """What every node of a run must agree on, digested for the node links' hello (`nodes.run_id`):
+    the address, the layout, and the model's config (its folder may differ from machine to machine)."""
+    return run_id(parse_tcp_addr(config.dist_init_addr), config.nnodes, config.tp_info.size, config.pp_info.size,
+                  (config.model_path / "config.json").read_bytes())
 
 
 class StopRequested(Exception):
@@ -200,7 +214,8 @@ def launch_node(args: ServerArgs) -> int:
     failure: LaunchError | None = None
     try:
         ranks = spawn_ranks(group, config, node_addresses(group, config), args.node_rank)
-        link = connect_to_node0(host, port + NODE_PORT_OFFSET, args.node_rank, args.start_timeout_s)
+        link = connect_to_node0(host, port + NODE_PORT_OFFSET, args.node_rank, node_run_id(config),
+                                args.start_timeout_s)
         group.wait_ready(args.start_timeout_s, fix="raise --start-timeout")
         logger.info("node %d of %d: %d rank(s) serving with node 0 at %s:%d", args.node_rank, config.nnodes,
                     len(ranks), host, port)

@@ -25,16 +25,31 @@ class ApiError(Exception):
 
     TYPES = {401: "invalid_request_error", 500: "server_error", 503: "server_error"}
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        self.headers = headers  # sent with the answer (`Connection: close` after an unread body)
 
     def body(self) -> dict[str, Any]:
         error_type = self.TYPES.get(self.status, "invalid_request_error")
         return {"error": {"message": self.message, "type": error_type, "param": self.param, "code": self.code}}
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    """The body of every error answer (the OpenAPI schema documents it for each status)."""
+
+    error: ErrorDetail
 
 
 class _Body(BaseModel):
@@ -71,6 +86,10 @@ class SamplingFields(_Body):
     logprobs: bool | int | None = None
     user: str | None = None
 
+    def token_limits(self) -> dict[str, int | None]:
+        """The output-length fields this body can carry, by name, oldest first."""
+        return {"max_tokens": self.max_tokens}
+
 
 class CompletionRequest(SamplingFields):
     prompt: str | list[TokenId] | list[str] | list[list[TokenId]]
@@ -90,7 +109,10 @@ class ChatMessage(_Body):
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage]
-    max_completion_tokens: int | None = None
+    max_completion_tokens: int | None = None  # OpenAI's newer name for max_tokens
+
+    def token_limits(self) -> dict[str, int | None]:
+        return {**super().token_limits(), "max_completion_tokens": self.max_completion_tokens}
 
 
 class NativeSampling(_Body):
@@ -118,6 +140,7 @@ class GenerateRequestBody(_Body):
     stream: bool = False
 
 
+REQUEST_BODIES = (CompletionRequest, ChatCompletionRequest, GenerateRequestBody)  # what the endpoints read
 _BODIES = (StreamOptions, CompletionRequest, ContentPart, ChatMessage, ChatCompletionRequest, NativeSampling,
            GenerateRequestBody)
 _FIELD_NAMES = {name for body in _BODIES for name in body.model_fields}
@@ -159,22 +182,25 @@ def _as_api_error(error: ValidationError) -> ApiError:
     return ApiError(400, f"{param or 'body'}: {problems[best]['msg']}", param=param)
 
 
-def sampling_from_openai(
-    request: SamplingFields, max_tokens: tuple[str, int | None], default_max_tokens: int
-) -> tuple[SamplingParams, list[str]]:
-    """`SamplingParams` and stop strings from an OpenAI body. `max_tokens` is (parameter name, value);
-    the tokenizer worker later caps it at what the context leaves after the prompt."""
+def sampling_from_openai(request: SamplingFields, default_max_tokens: int) -> tuple[SamplingParams, list[str]]:
+    """`SamplingParams` and stop strings from an OpenAI body. A chat body may carry both `max_tokens`
+    and its newer name `max_completion_tokens`: each given one is checked, the newer one wins. The
+    tokenizer worker later caps the limit at what the context leaves after the prompt, and rank 0 at
+    what its KV cache holds."""
     if request.n not in (None, 1):
         raise ApiError(400, f"n={request.n} is not supported: this server returns one choice per request; use n=1", "n")
     if request.logprobs:
         raise ApiError(400, "logprobs are not supported by this server; leave logprobs unset", "logprobs")
-    param, value = max_tokens
+    given = {name: value for name, value in request.token_limits().items() if value is not None}
+    for name, value in given.items():  # the SamplingParams rule, under each field's own name
+        _sampling({"max_tokens": name}, max_tokens=value)
+    name, max_tokens = list(given.items())[-1] if given else ("max_tokens", default_max_tokens)
     return _sampling(
-        {"max_tokens": param},
+        {"max_tokens": name},
         temperature=1.0 if request.temperature is None else request.temperature,
         top_p=1.0 if request.top_p is None else request.top_p,
         top_k=-1 if request.top_k is None else request.top_k,
-        max_tokens=default_max_tokens if value is None else value,
+        max_tokens=max_tokens,
         seed=request.seed,
         ignore_eos=request.ignore_eos,
         frequency_penalty=request.frequency_penalty or 0.0,

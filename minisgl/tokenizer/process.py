@@ -9,6 +9,8 @@ like a scheduler rank.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 from pathlib import Path
 
@@ -25,7 +27,9 @@ from minisgl.process import Ready
 from minisgl.trace import TRACE
 
 from .detokenize import Detokenizer
-from .tokenize import PromptTokenizer
+from .tokenize import PromptTokenizer, prompt_bytes
+
+TRIM_ABOVE_BYTES = 1 << 20  # after a prompt this large, give the memory it used back to the OS
 
 
 def run_tokenizer(index: int, model_path: Path, addrs: IpcAddresses, ready: Ready) -> None:
@@ -43,16 +47,25 @@ def run_tokenizer(index: int, model_path: Path, addrs: IpcAddresses, ready: Read
             to_scheduler.put(message)
             continue
         assert isinstance(message, TokenizeRequest), message
-        try:
-            with TRACE.span("tokenize", "text", uid=message.uid):
-                request = tokenizer.prepare(message)
-        except Exception as error:  # this request is bad, the worker is fine: report and go on
-            logging.info("request %d rejected: %s", message.uid, error)
-            to_detokenizer.put(DetokenizeStart(message.uid, error=_one_line(error)))
-            continue
-        # the start goes first: the detokenizer must know the stop strings before tokens arrive
-        to_detokenizer.put(DetokenizeStart(message.uid, message.stop, len(request.input_ids)))
-        to_scheduler.put(request)
+        huge = prompt_bytes(message) > TRIM_ABOVE_BYTES
+        _tokenize_and_send(tokenizer, message, to_scheduler, to_detokenizer)
+        if huge:
+            del message  # the huge text itself, before the trim
+            release_free_memory()
+
+
+def _tokenize_and_send(tokenizer: PromptTokenizer, message: TokenizeRequest, to_scheduler: PushQueue,
+                       to_detokenizer: PushQueue) -> None:
+    try:
+        with TRACE.span("tokenize", "text", uid=message.uid):
+            request = tokenizer.prepare(message)
+    except Exception as error:  # this request is bad, the worker is fine: report and go on
+        logging.info("request %d rejected: %s", message.uid, error)
+        to_detokenizer.put(DetokenizeStart(message.uid, error=_one_line(error)))
+        return
+    # the start goes first: the detokenizer must know the stop strings before tokens arrive
+    to_detokenizer.put(DetokenizeStart(message.uid, message.stop, len(request.input_ids)))
+    to_scheduler.put(request)
 
 
 def run_detokenizer(model_path: Path, addrs: IpcAddresses, ready: Ready) -> None:
@@ -80,6 +93,18 @@ def run_detokenizer(model_path: Path, addrs: IpcAddresses, ready: Ready) -> None
             to_api.put(text)
         for abort in aborts:
             to_scheduler.put(abort)
+
+
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c"))
+
+
+def release_free_memory() -> None:
+    """Give freed heap memory back to the OS. glibc keeps what a process frees for its next
+    allocations, so a worker that once held a huge prompt (its text, its tokenization) would stay
+    that large for good; malloc_trim returns the free pages (glibc only; elsewhere nothing)."""
+    trim = getattr(_LIBC, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 def _one_line(error: Exception) -> str:
