@@ -207,6 +207,11 @@ class AttentionHooks(Protocol):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
         ...
 
+    def forward_rope(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch,
+                     positions: torch.Tensor, cos_sin: torch.Tensor,
+                     qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> torch.Tensor | None:
+        ...
+
     def init_graph_buffers(self, max_bs: int) -> None:
         ...
 

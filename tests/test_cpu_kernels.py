@@ -205,7 +205,7 @@ def test_rope_rotates_q_and_k_as_the_torch_code_does(tokens: int) -> None:
     qkv = torch.randn(tokens, (3 + 2 * 1) * 16, generator=generator)
     q, k = qkv[:, :48].view(tokens, 3, 16), qkv[:, 48:64].view(tokens, 1, 16)  # views, as the layer passes them
     positions = torch.randint(0, 64, (tokens,), generator=generator)
-    table = rotary._table(torch.device("cpu"), torch.float32)
+    table = rotary.cos_sin(torch.device("cpu"), torch.float32)
     got_q, got_k = cpu_kernels().rope(positions, q, k, table)
     cos, sin = table[positions].unsqueeze(1).chunk(2, dim=-1)
     torch.testing.assert_close(got_q, rotate_half(q, cos, sin), rtol=1e-6, atol=1e-6)

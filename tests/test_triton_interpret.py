@@ -18,7 +18,8 @@ if not torch.cuda.is_available():
 
 from minisgl import LLM  # noqa: E402
 from minisgl.core import SamplingParams  # noqa: E402
-from minisgl.testing.attention_checks import fused_kernel_errors, run_attention_case  # noqa: E402
+from minisgl.testing.attention_checks import (ROPE_MISTAKES, fused_kernel_errors, rope_decode_excess,  # noqa: E402
+                                               run_attention_case)
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("triton") is None,
@@ -42,6 +43,17 @@ def test_kernels_match_torch_backend(name: str) -> None:
     result = run_attention_case("cpu", torch.float32, q_heads, kv_heads, head_dim, prefix_lens, extend_lens, page_size)
     assert result.kv_equal and result.finite
     assert result.out_rel_err < 1e-5, result
+
+
+@pytest.mark.parametrize("qk_norm", [False, True], ids=["llama", "qwen3"])
+def test_decode_kernel_norms_and_rotates_q_and_k_as_the_separate_kernels_do(qk_norm: bool) -> None:
+    """`forward_rope`: q/k norms and RoPE inside the decode kernel (4 splits merged in the kernel, one
+    request with a single key), against the norm and RoPE kernels then `forward`; each realistic
+    mistake on the fused side lands outside the bound."""
+    case = dict(num_q_heads=4, num_kv_heads=2, head_dim=16, prefix_lens=[3, 300, 0], qk_norm=qk_norm, page_size=2)
+    assert rope_decode_excess("cpu", torch.float32, **case) <= 1
+    for mistake in ROPE_MISTAKES if qk_norm else [m for m in ROPE_MISTAKES if m != "no q/k norm"]:
+        assert rope_decode_excess("cpu", torch.float32, **case, mistake=mistake) > 1, mistake
 
 
 def test_fused_kernels_match_the_layers_torch_code() -> None:
@@ -174,3 +186,30 @@ def test_the_fused_decode_layer_computes_what_the_plain_layers_do(name: str, tin
         engine.shutdown()
     # fp32 sums in other orders through every layer: a few ulps of the largest logit, with room
     torch.testing.assert_close(fused, plain, rtol=1e-4, atol=1e-4 * plain.abs().max().item())
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["llama", "qwen3"])  # RoPE alone; q/k norms and RoPE in the decode kernel
+def test_the_fused_decode_layer_on_a_decode_step_computes_what_the_plain_layers_do(name: str, tiny_model_dir,
+                                                                                    monkeypatch) -> None:
+    """A decode step on the Triton attention backend: the fused layer's GEMVs and its attention with
+    the norms and RoPE in the decode kernel, against the plain layers; a wrong position and a dropped
+    residual are rejected."""
+    import minisgl.cpu as cpu_plugin
+    from minisgl.config import EngineConfig
+    from minisgl.engine.engine import Engine
+    from minisgl.kernel.cuda import TritonKernels
+    from minisgl.layers import install_kernels
+    from minisgl.testing.fused_layer_checks import LAYER_MISTAKES, fused_layer_excess
+
+    monkeypatch.setattr(cpu_plugin, "prepacking_available", lambda: False)  # plain tensors, as on CUDA
+    engine = Engine(EngineConfig(tiny_model_dir(name), dtype="float32", num_pages=256, attention_backend="triton",
+                                 progress=False))
+    install_kernels("cpu", TritonKernels())  # what `accelerate_cuda` installs for CUDA tensors
+    try:
+        assert fused_layer_excess(engine) <= 1
+        for mistake in LAYER_MISTAKES:
+            assert fused_layer_excess(engine, mistake) > 1, mistake
+    finally:
+        install_kernels("cpu", None)  # the next engine of this process installs its own
+        engine.shutdown()

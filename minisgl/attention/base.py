@@ -37,6 +37,16 @@ class AttentionBackend(ABC):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
         """Store the new k, v in the pool, attend: q [tokens, q_heads, d] -> [tokens, q_heads, d]."""
 
+    def forward_rope(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch,
+                     positions: torch.Tensor, cos_sin: torch.Tensor,
+                     qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> torch.Tensor | None:
+        """`forward` on q and k before their RoPE (cos_sin [max_position, d], minisgl/layers/rotary.py)
+        and, with qk_norm = (q weight, k weight, eps), before Qwen3's per-head RMSNorm, for a backend
+        whose kernel does that work itself (a GPU plug-in's fused layer calls it, chapter 10). None
+        where it does not, for this batch or at all (the default): the caller then applies them and
+        calls `forward`."""
+        return None
+
     def release(self, req: Req) -> None:
         """`req` finished: drop whatever this backend keeps per request (nothing, by default)."""
 

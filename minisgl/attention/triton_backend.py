@@ -1,8 +1,9 @@
 """Attention with our Triton kernels (chapter 10): the default backend on CUDA.
 
 Per layer: `decode_attention` (one new token per request; it stores the new K/V into the pool
-itself), or `store_kv` and then `extend_attention` (prefill, chunked prefill), reads each request's
-K/V straight from the pool through a page table. Nothing is gathered into a padded copy, as the torch backend does.
+itself, and with `forward_rope` applies the q/k norms and RoPE too), or `store_kv` and then
+`extend_attention` (prefill, chunked prefill), reads each request's K/V straight from the pool
+through a page table. Nothing is gathered into a padded copy, as the torch backend does.
 
 The page table (`page_table.py`) lives on the device and is written once per request, when the
 request first shows up. A step then only uploads each request's row index and length: a few hundred
@@ -19,6 +20,7 @@ import torch
 from minisgl.core import Batch, Req
 from minisgl.kvcache import KVCachePool
 from minisgl.kernel.triton import decode_attention, extend_attention, store_kv
+from minisgl.kernel.triton.decode_attention import DecodeRope
 
 from .base import AttentionBackend
 from .page_table import DevicePageTable
@@ -62,6 +64,8 @@ class TritonAttentionBackend(AttentionBackend):
         self.num_sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 16
         self.page_rows = DevicePageTable(pool, device, max_seq_len, max_requests)
         self.page_table = self.page_rows.table  # [rows, max_pages] int32, what the kernels read
+        # slices finished per (request, KV head): the decode kernel's merge count, zero between launches
+        self._split_counters = torch.zeros(max_requests * self.local_kv_heads, dtype=torch.int32, device=device)
         self._graph_meta: torch.Tensor | None = None  # [2, max_bs] int32 rows, seq_lens (CUDA graphs)
 
     def release(self, req: Req) -> None:
@@ -85,22 +89,40 @@ class TritonAttentionBackend(AttentionBackend):
         batch.attn_metadata = TritonExtendMetadata(meta[0], meta[1], meta[2], meta[3], max(batch.extend_lens))
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch) -> torch.Tensor:
+        if isinstance(batch.attn_metadata, TritonDecodeMetadata):  # the kernel stores the new K/V itself
+            return self._decode(q, k, v, layer_id, batch)
         k_cache, v_cache = self.pool.k_buffer[layer_id], self.pool.v_buffer[layer_id]
         meta = batch.attn_metadata
-        scale = q.shape[-1] ** -0.5
-        if isinstance(meta, TritonDecodeMetadata):  # the kernel stores the new K/V itself: one launch less
-            return decode_attention(
-                q, k_cache, v_cache, self.page_table, meta.req_rows, meta.seq_lens, self.page_size, scale,
-                decode_num_splits(q.shape[0], self.local_kv_heads, self.num_sms), new_kv=(k, v, batch.out_slots),
-            )
         store_kv(k_cache, v_cache, batch.out_slots, k, v)
         return extend_attention(
             q, k_cache, v_cache, self.page_table, meta.req_rows, meta.prefix_lens, meta.extend_lens, meta.q_starts,
-            meta.max_extend_len, self.page_size, scale,
+            meta.max_extend_len, self.page_size, q.shape[-1] ** -0.5,
+        )
+
+    def forward_rope(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch,
+                     positions: torch.Tensor, cos_sin: torch.Tensor,
+                     qk_norm: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> torch.Tensor | None:
+        """Decode batches: the decode kernel norms and rotates q and the new k itself (no launch of
+        their own). Prefill: None."""
+        if not isinstance(batch.attn_metadata, TritonDecodeMetadata):
+            return None
+        q_norm, k_norm, eps = qk_norm if qk_norm is not None else (None, None, 0.0)
+        return self._decode(q, k, v, layer_id, batch, DecodeRope(positions, cos_sin, q_norm, k_norm, eps))
+
+    def _decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch,
+                rope: DecodeRope | None = None) -> torch.Tensor:
+        meta = batch.attn_metadata
+        return decode_attention(
+            q, self.pool.k_buffer[layer_id], self.pool.v_buffer[layer_id], self.page_table, meta.req_rows,
+            meta.seq_lens, self.page_size, q.shape[-1] ** -0.5,
+            decode_num_splits(q.shape[0], self.local_kv_heads, self.num_sms), new_kv=(k, v, batch.out_slots),
+            rope=rope, split_counters=self._split_counters,
         )
 
     # ---- CUDA graphs (engine/cuda_graph.py) -------------------------------------------------------
     def init_graph_buffers(self, max_bs: int) -> None:
+        if self._split_counters.numel() < max_bs * self.local_kv_heads:  # graphs may pad past max_requests
+            self._split_counters = torch.zeros(max_bs * self.local_kv_heads, dtype=torch.int32, device=self.device)
         self._graph_meta = torch.zeros(2, max_bs, dtype=torch.int32, device=self.device)
         self._graph_meta[1].fill_(1)  # padding rows: row 0, one key (slot 0)
 

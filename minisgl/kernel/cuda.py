@@ -7,9 +7,11 @@ built on a GPU (chapter 10).
   (triton/linear.py) instead of cuBLAS's GEMM.
 - `FusedDecodeLayer`: a decoder layer's forward for decode batches of at most `SMALL_BATCH_ROWS`
   tokens, with the work between its matmuls moved into them: the norm (and residual add) before
-  qkv_proj and gate_up_proj computed inside their GEMV, the SiLU-and-multiply inside down_proj's.
-  Same math as the plain forward, which larger batches run; the layer a decode step's kernels are
-  fused in, so more fusion of the decode layer belongs here too.
+  qkv_proj and gate_up_proj computed inside their GEMV, the SiLU-and-multiply inside down_proj's,
+  Qwen3's q/k norms and RoPE inside the decode-attention kernel (the attention backend's
+  `forward_rope`, which also stores the new K/V and merges its KV splits). Five launches a layer:
+  qkv, attention, o_proj, gate_up, down. Same math as the plain forward, which larger batches run;
+  the layer a decode step's kernels are fused in, so more fusion of the decode layer belongs here.
 Both run inside CUDA graphs: a graph is captured per batch size, so each takes one path for good.
 """
 
@@ -18,9 +20,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from minisgl.core import get_forward_context
 from minisgl.distributed import all_reduce
 from minisgl.layers import BaseOP, LinearBase, RMSNorm, TorchKernels, install_kernels
-from minisgl.models.llama import LlamaDecoderLayer, LlamaMLP
+from minisgl.models.llama import LlamaAttention, LlamaDecoderLayer, LlamaMLP
 
 from . import SMALL_BATCH_ROWS
 from .triton.fused import rms_norm, rope, silu_and_mul
@@ -83,7 +86,7 @@ class FusedDecodeLayer:
             return self.plain(positions, hidden_states, residual)
         layer, attn = self.layer, self.layer.self_attn
         qkv, residual = normed_linear(layer.input_layernorm, attn.qkv_proj, hidden_states, residual)
-        hidden_states = attn.o_proj.forward(attn.attn.forward(qkv, positions))  # [tokens, hidden], all-reduced
+        hidden_states = attn.o_proj.forward(attention(attn, qkv, positions))  # [tokens, hidden], all-reduced
         if not isinstance(layer.mlp, LlamaMLP):  # the experts' MLP takes the normed rows as they are
             hidden_states, residual = layer.post_attention_layernorm.forward_with_residual(hidden_states, residual)
             return layer.mlp.forward(hidden_states), residual
@@ -92,6 +95,26 @@ class FusedDecodeLayer:
         partial = small_batch_linear(gate_up, mlp.down_proj.weight, None, "silu_and_mul")[0]  # [tokens, hidden]
         output = all_reduce(partial)  # down_proj's sum over the ranks, then its bias once
         return (output if mlp.down_proj.bias is None else output + mlp.down_proj.bias), residual
+
+
+def attention(attn: LlamaAttention, qkv: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The attention layer's forward on qkv [tokens, (q + 2 kv) * d] -> [tokens, q * d], with the q/k
+    norms and RoPE inside the backend's kernel where it takes them (a decode batch on the Triton
+    backend), else the layer's own forward."""
+    layer = attn.attn
+    q_size, kv_size = layer.local_q_heads * layer.head_dim, layer.local_kv_heads * layer.head_dim
+    q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)  # views, as the layer splits them
+    q = q.view(-1, layer.local_q_heads, layer.head_dim)
+    k = k.view(-1, layer.local_kv_heads, layer.head_dim)
+    v = v.view(-1, layer.local_kv_heads, layer.head_dim)
+    norms = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)  # Qwen3's, else absent
+    qk_norm = (norms[0].weight, norms[1].weight, norms[0].eps) if norms[0] is not None else None
+    ctx = get_forward_context()
+    out = ctx.attn_backend.forward_rope(q, k, v, layer.layer_id, ctx.batch, positions,
+                                        layer.rotary.cos_sin(qkv.device, qkv.dtype), qk_norm)
+    if out is None:
+        return layer.forward(qkv, positions)
+    return out.reshape(-1, q_size)
 
 
 def normed_linear(norm: RMSNorm, linear: LinearBase, x: torch.Tensor,

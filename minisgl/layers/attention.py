@@ -39,6 +39,11 @@ class AttentionLayer(BaseOP):
         self._q_norm = q_norm
         self._k_norm = k_norm
 
+    @property
+    def rotary(self) -> RotaryEmbedding:
+        """The RoPE this layer applies (private above: one object that every layer shares, not a child)."""
+        return self._rotary
+
     def forward(self, qkv: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """qkv [tokens, (q_heads + 2 * kv_heads) * head_dim] -> [tokens, q_heads * head_dim]."""
         q_size = self.local_q_heads * self.head_dim

@@ -50,7 +50,8 @@ class RotaryEmbedding(BaseOP):
         self._inv_freq = _inverse_frequencies(head_dim, base, scaling or {})
         self._cos_sin: torch.Tensor | None = None  # private: not a weight, rebuilt from config
 
-    def _table(self, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    def cos_sin(self, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """[max_position, head_dim] = [cos | sin] of every position's angles, on `device` in `dtype`."""
         if self._cos_sin is None or self._cos_sin.device != device or self._cos_sin.dtype != dtype:
             positions = torch.arange(self.max_position, dtype=torch.float64, device="cpu")
             angles = torch.outer(positions, self._inv_freq)  # [max_position, head_dim / 2]
@@ -61,4 +62,4 @@ class RotaryEmbedding(BaseOP):
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """q [tokens, q_heads, head_dim], k [tokens, kv_heads, head_dim] -> rotated copies."""
-        return kernels_for(q).rope(positions, q, k, self._table(q.device, q.dtype))
+        return kernels_for(q).rope(positions, q, k, self.cos_sin(q.device, q.dtype))

@@ -118,7 +118,7 @@ def fused_kernel_errors(device: torch.device | str, dtype: torch.dtype, seed: in
     k = qkv[:, heads * head_dim : (heads + kv_heads) * head_dim].view(tokens, kv_heads, head_dim)
     gate_up = rand(tokens, 2 * inter)
     positions = torch.tensor([0, 1, 5, 9, 100, 511, 3], device=device)
-    table = RotaryEmbedding(head_dim, 512, 10000.0, None)._table(torch.device(device), dtype)
+    table = RotaryEmbedding(head_dim, 512, 10000.0, None).cos_sin(torch.device(device), dtype)
 
     normed, summed = rms_norm(x, weight, 1e-6, residual)
     ref_sum = x.float() + residual.float()
@@ -151,3 +151,86 @@ def fused_kernel_errors(device: torch.device | str, dtype: torch.dtype, seed: in
         "rope_k": relative_error(k_rot, rotate_half(k.float(), cos, sin)),
         "silu_and_mul": relative_error(silu_and_mul(gate_up), F.silu(gate) * up),
     }
+
+
+ROPE_MISTAKES = ("position + 1", "no q/k norm", "k rotated twice")  # negative controls of rope_decode_excess
+
+
+def rope_decode_excess(device: torch.device | str, dtype: torch.dtype, num_q_heads: int, num_kv_heads: int,
+                       head_dim: int, prefix_lens: list[int], qk_norm: bool, page_size: int = 1, seed: int = 0,
+                       mistake: str | None = None) -> float:
+    """The Triton backend's `forward_rope` (q/k norms and RoPE inside the decode kernel) against the
+    unfused path on the same pool (the kernel table's `rms_norm` and `rope`, then `forward`): the
+    largest |fused - unfused| / bound over the attention output and the stored new K, bounds from
+    `minisgl.testing.tolerance`. At most 1 passes. `mistake` (one of ROPE_MISTAKES) makes the fused
+    side compute something realistically wrong, which must land above 1."""
+    from minisgl.attention.base import create_attention_backend
+    from minisgl.kernel.cuda import TritonKernels
+    from minisgl.layers.rotary import RotaryEmbedding
+    from minisgl.testing.tolerance import decode_attention_bound, rope_bound
+
+    device = torch.device(device)
+    gen = torch.Generator().manual_seed(seed)
+    num_reqs, layer, eps = len(prefix_lens), 1, 1e-6
+    pool_pages = [-(-(p + 1) // page_size) for p in prefix_lens]
+    num_pages = sum(pool_pages) + 3
+    pools = [KVCachePool(2, num_pages, page_size, num_kv_heads, head_dim, dtype, device) for _ in range(2)]
+    k_init = torch.randn(pools[0].k_buffer.shape, generator=gen).to(dtype)
+    v_init = torch.randn(pools[0].v_buffer.shape, generator=gen).to(dtype)
+    for pool in pools:
+        pool.k_buffer.copy_(k_init)
+        pool.v_buffer.copy_(v_init)
+    page_ids = (torch.randperm(num_pages - 1, generator=gen) + 1).tolist()
+    reqs, req_slots = [], []
+    for uid, (prefix, pages) in enumerate(zip(prefix_lens, pool_pages)):
+        req = Req(uid, [0] * (prefix + 1), SamplingParams(temperature=0), prefix + 1)
+        req.pages, page_ids = page_ids[:pages], page_ids[pages:]
+        req.cached_len = prefix
+        reqs.append(req)
+        req_slots.append(pools[0].slots(req.pages, 0, prefix + 1))
+    positions = torch.tensor(prefix_lens, dtype=torch.int64, device=device)
+    batch = Batch(phase="decode", reqs=reqs, input_ids=torch.zeros(num_reqs, dtype=torch.int64, device=device),
+                  positions=positions, out_slots=torch.tensor([s[-1] for s in req_slots], device=device),
+                  prefix_lens=list(prefix_lens), extend_lens=[1] * num_reqs,
+                  last_indices=torch.arange(num_reqs, device=device))
+    # q, k, v: views into one qkv row per token, as the attention layer splits the projection
+    qkv = torch.randn(num_reqs, (num_q_heads + 2 * num_kv_heads) * head_dim, generator=gen).to(dtype).to(device)
+    q, k, v = qkv.split([num_q_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim], dim=-1)
+    q, k, v = (t.view(num_reqs, -1, head_dim) for t in (q, k, v))
+    q_weight, k_weight = (1 + 0.3 * torch.randn(2, head_dim, generator=gen)).to(dtype).to(device)
+    cos_sin = RotaryEmbedding(head_dim, max(prefix_lens) + 2, 10000.0, None).cos_sin(device, dtype)
+
+    kernels = TritonKernels()  # the unfused path: norm and RoPE kernels, then the decode kernel
+    q_in, k_in = (kernels.rms_norm(q, q_weight, eps)[0], kernels.rms_norm(k, k_weight, eps)[0]) if qk_norm else (q, k)
+    q_rot, k_rot = kernels.rope(positions, q_in, k_in, cos_sin)
+    backends = [create_attention_backend("triton", pool, device, max(prefix_lens) + 1, num_reqs,
+                                         local_q_heads=num_q_heads) for pool in pools]
+    for backend in backends:
+        backend.prepare(batch)
+    unfused = backends[0].forward(q_rot, k_rot, v, layer, batch)
+    fused_positions = positions + 1 if mistake == "position + 1" else positions
+    norms = (q_weight, k_weight, eps) if qk_norm and mistake != "no q/k norm" else None
+    fused_k = k_rot if mistake == "k rotated twice" else k  # the layer's RoPE, then the kernel's
+    fused = backends[1].forward_rope(q, fused_k, v, layer, batch, fused_positions, cos_sin, norms)
+    assert fused is not None, "the Triton backend takes a decode batch's RoPE into its kernel"
+
+    rows = cos_sin[positions].unsqueeze(1)  # [reqs, 1, d]
+    q_error = rope_bound(q_in, rows, dtype, 2 if qk_norm else 0)  # [reqs, q_heads, d]
+    k_error = rope_bound(k_in, rows, dtype, 2 if qk_norm else 0)
+    slots = batch.out_slots
+    stored = pools[1].k_buffer[layer][slots].double() - pools[0].k_buffer[layer][slots].double()
+    excess = [_excess(stored, k_error)]
+    scale = head_dim**-0.5
+    for i, req_slot in enumerate(req_slots):
+        keys, values = pools[0].k_buffer[layer][req_slot], pools[0].v_buffer[layer][req_slot]  # [n, kv_heads, d]
+        key_error = torch.zeros(keys.shape, dtype=torch.float64, device=device)
+        key_error[-1] = k_error[i]  # only the new token's key went through RoPE here
+        bound = decode_attention_bound(q_rot[i], q_error[i], keys, key_error, values, unfused[i], scale, dtype)
+        excess.append(_excess(fused[i].double() - unfused[i].double(), bound))
+    return max(excess)
+
+
+def _excess(difference: torch.Tensor, bound: torch.Tensor) -> float:
+    """max |difference| / bound (0 where both are 0; inf where only the bound is)."""
+    difference = difference.abs()
+    return torch.where(difference == 0, 0.0, difference / bound).max().item()

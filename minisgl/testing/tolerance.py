@@ -1,5 +1,5 @@
 """How far apart two correct results of the same computation may be, for the tests that compare a
-sharded, batched or fused computation with a plain one (chapters 01, 07 and 14).
+sharded, batched or fused computation with a plain one (chapters 01, 07, 10 and 14).
 
 Each output element is a sum of k products. Changing only the order of the additions (shards
 summed by an all-reduce, another kernel's blocking, FMA or not, AVX2 vs AVX-512) moves a sum
@@ -56,6 +56,39 @@ def matmul_tolerance(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None
         k += 1
     u_out = output_roundoff(dtype)
     return {"rtol": 2 * u_out / (1 - u_out), "atol": 2 * gamma(k, dtype) * terms.max().item()}
+
+
+def rope_bound(x: torch.Tensor, cos_sin: torch.Tensor, dtype: torch.dtype, input_units: int = 0) -> torch.Tensor:
+    """[..., heads, d]: how far two computations of the rotate-half RoPE of x [..., heads, d] at the
+    angles cos_sin [..., 1, d] ([cos | sin] of each row's position) in `dtype` may be apart, element by
+    element, when x's elements may already be `input_units` units of dtype apart (2 after a per-head
+    RMSNorm, which rounds before and after its scale). Output d sums |x_d| |cos| + |x_pair| |sin|
+    (its magnitude m): the inputs move it by 2 u input_units m, the fp32 arithmetic by a few fp32
+    units of m, and each computation's final rounding by u m."""
+    u, u_acc = unit_roundoff(dtype), unit_roundoff(torch.float32)
+    cos, sin = cos_sin.double().abs().chunk(2, dim=-1)
+    first, second = x.double().abs().chunk(2, dim=-1)
+    magnitude = torch.cat([first * cos + second * sin, second * cos + first * sin], dim=-1)
+    return (2 * u * input_units + 2 * u + 8 * u_acc) * magnitude
+
+
+def decode_attention_bound(q: torch.Tensor, q_error: torch.Tensor, keys: torch.Tensor, key_error: torch.Tensor,
+                           values: torch.Tensor, out: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """[q_heads, d]: how far two computations of one new token's attention in `dtype` may be apart when
+    their q [q_heads, d] and keys [n, kv_heads, d] differ element by element by at most q_error and
+    key_error (values [n, kv_heads, d] equal; out [q_heads, d] one of the results). A score moves by at
+    most delta = scale * (sum |q error| |k| + |q| |k error|); the softmax weights then move by at most
+    e^(2 delta) - 1 together, which moves the output by that times max |v|. Rounding the weights to
+    dtype for the P @ V product adds u max |v| to each, and the output's rounding u |out|."""
+    group = q.shape[0] // keys.shape[1]
+    keys, key_error = keys.double().repeat_interleave(group, 1), key_error.double().repeat_interleave(group, 1)
+    values = values.double().abs().repeat_interleave(group, 1)  # [n, q_heads, d]
+    delta = scale * (torch.einsum("hd,nhd->nh", q_error.double(), keys.abs())
+                     + torch.einsum("hd,nhd->nh", q.double().abs(), key_error)).amax(0)  # [q_heads]
+    v_max = values.amax(0)  # [q_heads, d]
+    u = unit_roundoff(dtype)
+    n = keys.shape[0]
+    return (torch.expm1(2 * delta)[:, None] + 2 * u + 2 * gamma(n, dtype)) * v_max + 2 * u * out.double().abs()
 
 
 def expert_mlp_bound(x: torch.Tensor, topk_ids: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,

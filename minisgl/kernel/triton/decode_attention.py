@@ -1,16 +1,22 @@
-"""Paged decode attention: one new query token per request against its whole cached K/V (chapter 10).
+"""Paged decode attention: one new query token per request against its whole cached K/V, in one
+launch per layer (chapter 10).
 
-Two passes (split-K, "flash-decoding"):
-1. grid (requests, kv_heads, splits): each program takes one request, one KV head and one of
-   `num_splits` equal slices of that request's KV positions, and attends with all the query heads
-   that share the KV head (GQA: the group's queries form the rows of one small matrix product, so
-   each K/V tile is read once per group, not once per query head). It writes the slice's softmax-
-   normalised output and its log-sum-exp.
-2. grid (requests, q_heads): merge the slices, weighting slice s by exp(lse_s - logsumexp(lse)).
+grid (requests, kv_heads, splits), split-K ("flash-decoding"): each program takes one request, one
+KV head and one of `num_splits` equal slices of that request's KV positions, and attends with all
+the query heads that share the KV head (GQA: the group's queries form the rows of one small matrix
+product, so each K/V tile is read once per group, not once per query head). It keeps the slice's
+softmax-normalised output and log-sum-exp. The last of a (request, KV head)'s programs to finish
+merges the slices, weighting slice s by exp(lse_s - logsumexp(lse)): each program counts itself in
+an atomic counter, and the one that brings it to `num_splits` reads the others' slices back and
+resets the counter for the next launch. With one split the program writes the output directly.
 
-The new token's K/V can be handed to the kernel (`new_kv`): the program whose slice holds the new
-position writes them into the pool before reading it, which saves the separate `store_kv` launch
-of every layer (the backend does this; the notebook passes a cache that already holds them).
+Work that would be launches of their own happens in the programs too:
+- the new token's K/V (`new_kv`): the program whose slice holds the new position writes them into
+  the pool before reading it (no `store_kv` launch);
+- its positional work (`rope`): q and the new k arrive as the qkv projection wrote them, and each
+  program applies Qwen3's per-head RMSNorm (when given) and the rotate-half RoPE of the token's
+  position itself, rounding where the separate kernels round (no norm or RoPE launch). Each program
+  rotates the q heads of its group (a few hundred values); the program storing the new k rotates it.
 
 Splitting keeps the GPU busy when requests x KV heads is small (batch 1 has 3-8 programs without
 it). The caller picks the number of splits (`decode_num_splits` in minisgl/attention/
@@ -22,6 +28,8 @@ KV position p of a request with page-table row r lives in slot
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -61,7 +69,27 @@ def attend_kv_tile(q, k_cache_ptr, v_cache_ptr, kv_offs, kv_mask, visible, m_i, 
 
 
 @triton.jit
-def _decode_split_kernel(
+def normed_rotated_heads(src, head_offs, dims, mask, cos, sin, norm_weight_ptr, eps,
+                         HALF: tl.constexpr, HEAD_DIM: tl.constexpr, QK_NORM: tl.constexpr):
+    """Heads of one token [rows, BLOCK_D] at `src + head_offs` [rows, 1]: RMSNorm over each head
+    (QK_NORM) then rotate-half RoPE, each rounded to src's dtype as the separate kernels round.
+    cos, sin [BLOCK_D]: the angle of pair (d, d + HALF) at both of its dims."""
+    dtype = src.dtype.element_ty
+    partner = tl.where(dims < HALF, dims + HALF, dims - HALF)  # the other dim of d's rotation pair
+    x = tl.load(src + head_offs + dims[None, :], mask=mask, other=0.0).to(tl.float32)
+    pair = tl.load(src + head_offs + partner[None, :], mask=mask, other=0.0).to(tl.float32)
+    if QK_NORM:
+        inv_rms = 1.0 / tl.sqrt(tl.sum(x * x, 1) / HEAD_DIM + eps)  # [rows]
+        w = tl.load(norm_weight_ptr + dims, mask=dims < HEAD_DIM, other=0.0).to(tl.float32)
+        w_pair = tl.load(norm_weight_ptr + partner, mask=dims < HEAD_DIM, other=0.0).to(tl.float32)
+        x = ((x * inv_rms[:, None]).to(dtype).to(tl.float32) * w[None, :]).to(dtype).to(tl.float32)
+        pair = ((pair * inv_rms[:, None]).to(dtype).to(tl.float32) * w_pair[None, :]).to(dtype).to(tl.float32)
+    sign = tl.where(dims < HALF, -1.0, 1.0)  # (a, b) -> (a cos - b sin, b cos + a sin)
+    return (x * cos[None, :] + sign[None, :] * pair * sin[None, :]).to(dtype)
+
+
+@triton.jit
+def _decode_kernel(
     q_ptr,  # [reqs, q_heads, head_dim]
     k_cache_ptr,  # [slots, kv_heads, head_dim]
     v_cache_ptr,
@@ -71,9 +99,16 @@ def _decode_split_kernel(
     new_k_ptr,  # [reqs, kv_heads, head_dim]: the new token's K (STORE_NEW_KV)
     new_v_ptr,
     new_slots_ptr,  # [reqs]: its slot in the pool, -1 for CUDA-graph padding rows
-    out_ptr,  # [reqs, q_heads, splits, head_dim] fp32, or [reqs, q_heads, head_dim] when DIRECT
-    lse_ptr,  # [reqs, q_heads, splits] fp32
+    positions_ptr,  # [reqs]: the new token's position (ROPE)
+    cos_sin_ptr,  # [max_position, head_dim] = [cos | sin] (ROPE)
+    q_norm_ptr,  # [head_dim] (QK_NORM)
+    k_norm_ptr,
+    out_ptr,  # [reqs, q_heads, head_dim]
+    partial_ptr,  # [reqs, q_heads, splits, head_dim] fp32, contiguous: each slice's output (not DIRECT)
+    lse_ptr,  # [reqs, q_heads, splits] fp32: each slice's log-sum-exp, log2 units
+    counter_ptr,  # [>= reqs * kv_heads] int32, zero between launches: slices done per (request, KV head)
     scale_log2,  # softmax scale * log2(e): exp2 instead of exp
+    eps,  # of the q/k norms
     q_req_stride,
     q_head_stride,
     new_k_req_stride,
@@ -83,18 +118,20 @@ def _decode_split_kernel(
     page_table_stride,
     out_req_stride,
     out_head_stride,
-    out_split_stride,
     NUM_HEADS: tl.constexpr,
+    NUM_KV_HEADS: tl.constexpr,
     GROUP: tl.constexpr,  # query heads per KV head
     HEAD_DIM: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
-    DIRECT: tl.constexpr,  # one split: write the final output, no lse, no merge pass
+    DIRECT: tl.constexpr,  # one split: write the final output, no lse, no merge
     BLOCK_H: tl.constexpr,  # GROUP padded to >= 16 (the smallest tl.dot)
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr,  # see dot_precision
     STORE_NEW_KV: tl.constexpr,
+    ROPE: tl.constexpr,  # q and the new k still need RoPE (and QK_NORM) here
+    QK_NORM: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     req = tl.program_id(0)
@@ -109,34 +146,47 @@ def _decode_split_kernel(
     end = tl.minimum(start + split_len, seq_len)
     dims = tl.arange(0, BLOCK_D)
     dim_mask = dims < HEAD_DIM
+    heads = kv_head * GROUP + tl.arange(0, BLOCK_H)  # [BLOCK_H]
+    head_mask = tl.arange(0, BLOCK_H) < GROUP
+    q_mask = head_mask[:, None] & dim_mask[None, :]
+    q_src = q_ptr + req.to(tl.int64) * q_req_stride
+    if ROPE:
+        half = dims % (HEAD_DIM // 2)
+        pos = tl.load(positions_ptr + req).to(tl.int64)
+        cos = tl.load(cos_sin_ptr + pos * HEAD_DIM + half, mask=dim_mask, other=0.0).to(tl.float32)
+        sin = tl.load(cos_sin_ptr + pos * HEAD_DIM + HEAD_DIM // 2 + half, mask=dim_mask, other=0.0).to(tl.float32)
 
     if STORE_NEW_KV:  # the slice holding position seq_len - 1 writes this KV head's new K/V first
         new_slot = tl.load(new_slots_ptr + req).to(tl.int64)
         owns_new = (seq_len - 1 >= start) & (seq_len - 1 < end) & (new_slot >= 0)
         new_mask = dim_mask & owns_new
-        new_k = tl.load(new_k_ptr + req.to(tl.int64) * new_k_req_stride + kv_head * HEAD_DIM + dims, mask=new_mask)
+        k_src = new_k_ptr + req.to(tl.int64) * new_k_req_stride
+        if ROPE:
+            k_head = tl.zeros([1, 1], tl.int32) + kv_head * HEAD_DIM  # [1, 1]: one head
+            new_k = tl.reshape(normed_rotated_heads(k_src, k_head, dims, new_mask[None, :], cos, sin, k_norm_ptr, eps,
+                                                    HEAD_DIM // 2, HEAD_DIM, QK_NORM), [BLOCK_D])
+        else:
+            new_k = tl.load(k_src + kv_head * HEAD_DIM + dims, mask=new_mask)
         new_v = tl.load(new_v_ptr + req.to(tl.int64) * new_v_req_stride + kv_head * HEAD_DIM + dims, mask=new_mask)
         new_offs = new_slot * cache_slot_stride + kv_head * cache_head_stride + dims
         tl.store(k_cache_ptr + new_offs, new_k, mask=new_mask)
         tl.store(v_cache_ptr + new_offs, new_v, mask=new_mask)
         tl.debug_barrier()  # the loop below reads that slot back: every thread must see the store
 
-    heads = kv_head * GROUP + tl.arange(0, BLOCK_H)  # [BLOCK_H]
-    head_mask = tl.arange(0, BLOCK_H) < GROUP
-    q = tl.load(
-        q_ptr + req.to(tl.int64) * q_req_stride + heads[:, None] * q_head_stride + dims[None, :],
-        mask=head_mask[:, None] & dim_mask[None, :],
-        other=0.0,
-    )  # [BLOCK_H, BLOCK_D]
+    if ROPE:
+        q = normed_rotated_heads(q_src, heads[:, None] * q_head_stride, dims, q_mask, cos, sin, q_norm_ptr, eps,
+                                 HEAD_DIM // 2, HEAD_DIM, QK_NORM)  # [BLOCK_H, BLOCK_D]
+    else:
+        q = tl.load(q_src + heads[:, None] * q_head_stride + dims[None, :], mask=q_mask, other=0.0)
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)  # running max of the scores (log2 units)
     l_i = tl.zeros([BLOCK_H], tl.float32)  # running sum of exp2(score - m_i)
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
     for block_start in range(start, end, BLOCK_N):
-        pos = block_start + tl.arange(0, BLOCK_N)
-        pos_mask = pos < end
-        page = tl.load(page_table_ptr + row * page_table_stride + pos // PAGE_SIZE, mask=pos_mask, other=0)
-        slot = page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE  # [BLOCK_N]
+        pos_n = block_start + tl.arange(0, BLOCK_N)
+        pos_mask = pos_n < end
+        page = tl.load(page_table_ptr + row * page_table_stride + pos_n // PAGE_SIZE, mask=pos_mask, other=0)
+        slot = page.to(tl.int64) * PAGE_SIZE + pos_n % PAGE_SIZE  # [BLOCK_N]
         kv_offs = slot[:, None] * cache_slot_stride + kv_head * cache_head_stride + dims[None, :]
         kv_mask = pos_mask[:, None] & dim_mask[None, :]
         m_i, l_i, acc = attend_kv_tile(q, k_cache_ptr, v_cache_ptr, kv_offs, kv_mask, pos_mask[None, :],
@@ -144,53 +194,53 @@ def _decode_split_kernel(
 
     has_keys = l_i > 0  # an empty slice (short request, many splits) contributes nothing
     out = acc / tl.where(has_keys, l_i, 1.0)[:, None]
-    base = out_ptr + req.to(tl.int64) * out_req_stride + heads[:, None] * out_head_stride + dims[None, :]
-    store_mask = head_mask[:, None] & dim_mask[None, :]
+    final = out_ptr + req.to(tl.int64) * out_req_stride + heads[:, None] * out_head_stride + dims[None, :]
     if DIRECT:
-        tl.store(base, out.to(out_ptr.dtype.element_ty), mask=store_mask)
+        tl.store(final, out.to(out_ptr.dtype.element_ty), mask=q_mask)
     else:
-        tl.store(base + split * out_split_stride, out, mask=store_mask)
+        slices = (req.to(tl.int64) * NUM_HEADS + heads) * NUM_SPLITS  # [BLOCK_H]: this group's split 0
+        tl.store(partial_ptr + (slices + split)[:, None] * HEAD_DIM + dims[None, :], out, mask=q_mask)
         lse = tl.where(has_keys, m_i + tl.log2(tl.where(has_keys, l_i, 1.0)), float("-inf"))  # log2 units
-        tl.store(lse_ptr + (req * NUM_HEADS + heads) * NUM_SPLITS + split, lse, mask=head_mask)
+        tl.store(lse_ptr + slices + split, lse, mask=head_mask)
+        # Count this slice as done once every thread's stores are out; the atomic orders them
+        # (acquire-release, GPU scope) before the last program's reads.
+        tl.debug_barrier()
+        counter = counter_ptr + req * NUM_KV_HEADS + kv_head
+        if tl.atomic_add(counter, 1) == NUM_SPLITS - 1:  # the last slice in: merge them all
+            _merge_slices(partial_ptr, lse_ptr, final, slices, dims, head_mask, q_mask, HEAD_DIM, NUM_SPLITS)
+            tl.atomic_xchg(counter, 0)  # zero again for the next launch (the next layer, the next replay)
 
 
 @triton.jit
-def _merge_splits_kernel(
-    partial_ptr,  # [reqs, q_heads, splits, head_dim] fp32
-    lse_ptr,  # [reqs, q_heads, splits] fp32 (log2 units)
-    out_ptr,  # [reqs, q_heads, head_dim]
-    out_req_stride,
-    out_head_stride,
-    NUM_HEADS: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
-    BLOCK_S: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    USE_PDL: tl.constexpr,
-):
-    req = tl.program_id(0)
-    head = tl.program_id(1)
-    let_next_kernel_launch(USE_PDL)
-    wait_previous_kernel(USE_PDL)
-    splits = tl.arange(0, BLOCK_S)
-    split_mask = splits < NUM_SPLITS
-    dims = tl.arange(0, BLOCK_D)
-    dim_mask = dims < HEAD_DIM
-    row = req.to(tl.int64) * NUM_HEADS + head
-    lse = tl.load(lse_ptr + row * NUM_SPLITS + splits, mask=split_mask, other=float("-inf"))
-    weights = tl.exp2(lse - tl.max(lse, 0))  # slice 0 always holds keys, so the max is finite
-    weights = weights / tl.sum(weights, 0)
-    partial = tl.load(
-        partial_ptr + (row * NUM_SPLITS + splits[:, None]) * HEAD_DIM + dims[None, :],
-        mask=split_mask[:, None] & dim_mask[None, :],
-        other=0.0,
-    )  # [BLOCK_S, BLOCK_D]
-    out = tl.sum(weights[:, None] * partial, 0)
-    tl.store(
-        out_ptr + req.to(tl.int64) * out_req_stride + head * out_head_stride + dims,
-        out.to(out_ptr.dtype.element_ty),
-        mask=dim_mask,
-    )
+def _merge_slices(partial_ptr, lse_ptr, final, slices, dims, head_mask, q_mask,
+                  HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr):
+    """out = sum_s w_s out_s with w_s = 2^(lse_s - max lse) / sum_r 2^(lse_r - max lse), for the
+    group's heads. Slice 0 always holds keys, so the max is finite. The slices were written by other
+    programs: read them from L2 (".cg"), past this SM's L1."""
+    lse_max = tl.full(slices.shape, float("-inf"), tl.float32)
+    for s in tl.static_range(NUM_SPLITS):
+        lse_max = tl.maximum(lse_max, tl.load(lse_ptr + slices + s, mask=head_mask, other=0.0, cache_modifier=".cg"))
+    total = tl.zeros(slices.shape, tl.float32)
+    merged = tl.zeros(q_mask.shape, tl.float32)
+    for s in tl.static_range(NUM_SPLITS):
+        weight = tl.exp2(tl.load(lse_ptr + slices + s, mask=head_mask, other=0.0, cache_modifier=".cg") - lse_max)
+        part = tl.load(partial_ptr + (slices + s)[:, None] * HEAD_DIM + dims[None, :], mask=q_mask, other=0.0,
+                       cache_modifier=".cg")
+        total += weight
+        merged += weight[:, None] * part
+    tl.store(final, (merged / total[:, None]).to(final.dtype.element_ty), mask=q_mask)
+
+
+@dataclass
+class DecodeRope:
+    """The positional work the decode kernel does on q and the new k (`decode_attention(rope=...)`):
+    the rotate-half RoPE of each token's position, after Qwen3's per-head RMSNorm where given."""
+
+    positions: torch.Tensor  # [reqs]
+    cos_sin: torch.Tensor  # [max_position, head_dim] = [cos | sin] (minisgl/layers/rotary.py)
+    q_norm: torch.Tensor | None = None  # [head_dim]
+    k_norm: torch.Tensor | None = None
+    eps: float = 0.0
 
 
 def decode_attention(
@@ -205,11 +255,15 @@ def decode_attention(
     num_splits: int,
     out: torch.Tensor | None = None,
     new_kv: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    rope: DecodeRope | None = None,
+    split_counters: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q [reqs, q_heads, d]; caches [slots, kv_heads, d] (one layer); page_table [rows, max_pages];
     req_rows, seq_lens [reqs] int32 (seq_len >= 1 counts the new token). The new token's K/V is
     already in the cache, or comes as new_kv = (k, v [reqs, kv_heads, d], slots [reqs]) and is
-    stored by the kernel. Returns [reqs, q_heads, d]."""
+    stored by the kernel. With `rope` (and new_kv), q and the new k are not rotated yet: the kernel
+    does it. `split_counters`: int32 zeros, at least reqs * kv_heads, that the kernel leaves zero
+    (a caller that launches often keeps one; None: a fresh one). Returns [reqs, q_heads, d]."""
     num_reqs, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     group = num_heads // num_kv_heads
@@ -217,31 +271,39 @@ def decode_attention(
         out = torch.empty_like(q)
     if num_reqs == 0:
         return out
+    if rope is not None and new_kv is None:
+        raise ValueError("decode_attention(rope=...) rotates the new k as it stores it; pass new_kv too")
     if q.stride(-1) != 1:
         q = q.contiguous()
     block_d = max(16, triton.next_power_of_2(head_dim))
-    pdl = pdl_launch_options(q)
     direct = num_splits == 1
     if direct:
-        partial, lse = out, out  # lse unused
-        partial_strides = (out.stride(0), out.stride(1), 0)
+        partial, lse, counters = out, out, seq_lens  # unused
     else:
         partial = torch.empty(num_reqs, num_heads, num_splits, head_dim, dtype=torch.float32, device=q.device)
         lse = torch.empty(num_reqs, num_heads, num_splits, dtype=torch.float32, device=q.device)
-        partial_strides = (partial.stride(0), partial.stride(1), partial.stride(2))
+        counters = split_counters
+        if counters is None:
+            counters = torch.zeros(num_reqs * num_kv_heads, dtype=torch.int32, device=q.device)
+        assert counters.numel() >= num_reqs * num_kv_heads, "split_counters holds fewer than reqs * kv_heads"
     if new_kv is not None:
         new_k, new_v, new_slots = token_rows(new_kv[0]), token_rows(new_kv[1]), new_kv[2]
     else:
         new_k, new_v, new_slots = q, q, seq_lens  # unused (STORE_NEW_KV=False)
-    _decode_split_kernel[(num_reqs, num_kv_heads, num_splits)](
-        q, k_cache, v_cache, page_table, req_rows, seq_lens, new_k, new_v, new_slots, partial, lse,
-        scale * LOG2E,
+    positions, cos_sin = (rope.positions, rope.cos_sin) if rope is not None else (seq_lens, q)  # unused without
+    q_norm = rope.q_norm if rope is not None and rope.q_norm is not None else q  # unused without QK_NORM
+    k_norm = rope.k_norm if rope is not None and rope.k_norm is not None else q
+    _decode_kernel[(num_reqs, num_kv_heads, num_splits)](
+        q, k_cache, v_cache, page_table, req_rows, seq_lens, new_k, new_v, new_slots,
+        positions, cos_sin, q_norm, k_norm, out, partial, lse, counters,
+        scale * LOG2E, rope.eps if rope is not None else 0.0,
         q.stride(0), q.stride(1),
         new_k.stride(0), new_v.stride(0),
         k_cache.stride(0), k_cache.stride(1),
         page_table.stride(0),
-        *partial_strides,
+        out.stride(0), out.stride(1),
         NUM_HEADS=num_heads,
+        NUM_KV_HEADS=num_kv_heads,
         GROUP=group,
         HEAD_DIM=head_dim,
         PAGE_SIZE=page_size,
@@ -252,19 +314,10 @@ def decode_attention(
         BLOCK_D=block_d,
         PRECISION=dot_precision(q.dtype),
         STORE_NEW_KV=new_kv is not None,
+        ROPE=rope is not None,
+        QK_NORM=rope is not None and rope.q_norm is not None,
         num_warps=4,
         num_stages=2,
-        **pdl,
+        **pdl_launch_options(q),
     )
-    if not direct:
-        _merge_splits_kernel[(num_reqs, num_heads)](
-            partial, lse, out, out.stride(0), out.stride(1),
-            NUM_HEADS=num_heads,
-            HEAD_DIM=head_dim,
-            NUM_SPLITS=num_splits,
-            BLOCK_S=triton.next_power_of_2(num_splits),
-            BLOCK_D=block_d,
-            num_warps=1 if block_d <= 64 else 2,
-            **pdl,
-        )
     return out

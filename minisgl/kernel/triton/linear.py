@@ -11,7 +11,8 @@ SiLU kernel that produced its input. This kernel is one launch that
   * "rms_norm": r = x + residual (written back once, by the programs of column block 0), then
     RMSNorm(r) * norm_weight with Hugging Face's rounding (normalise in fp32, round to the model
     dtype, scale, round again). Every program recomputes the norm of the rows it needs: a few
-    thousand values, from L2, far cheaper than a launch.
+    thousand values, from L2, far cheaper than a launch. A row that fits one tile (SmolLM2's 576,
+    Qwen3-0.6B's 1024) is read once, and the norm's weight is loaded before the wait, like W's tile.
   * "silu_and_mul": silu(gate) * up from the fused gate_up output [rows, 2K].
 grid (column blocks, rows): rows of a small batch re-read the same tile, mostly from L2.
 """
@@ -28,27 +29,41 @@ PROLOGUES = {"none": 0, "rms_norm": 1, "silu_and_mul": 2}
 
 
 @triton.jit
+def _row_chunk(x_ptr, residual_ptr, residual_out_ptr, row, k, k_mask, x_row_stride, residual_row_stride,
+               write_residual, HAS_RESIDUAL: tl.constexpr, K: tl.constexpr):
+    """x[row, k] [BLOCK_K], plus residual[row, k] when there is one (rounded as torch rounds the
+    residual stream, and written back where `write_residual`)."""
+    x = tl.load(x_ptr + row * x_row_stride + k, mask=k_mask, other=0.0)
+    if HAS_RESIDUAL:
+        r = tl.load(residual_ptr + row * residual_row_stride + k, mask=k_mask, other=0.0)
+        x = (x.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)
+        tl.store(residual_out_ptr + row * K + k, x, mask=k_mask & write_residual)
+    return x
+
+
+@triton.jit
+def _rms_normed(x, inv_rms, norm_w):
+    """RMSNorm(x) * norm_w with Hugging Face's rounding: normalise in fp32, round, scale, round."""
+    normed = (x.to(tl.float32) * inv_rms).to(x.dtype)
+    return (normed.to(tl.float32) * norm_w.to(tl.float32)).to(x.dtype)
+
+
+@triton.jit
 def _input_chunk(
     x_ptr, residual_ptr, residual_out_ptr, norm_weight_ptr, row, k, k_mask, x_row_stride, residual_row_stride,
     inv_rms, write_residual, PROLOGUE: tl.constexpr, HAS_RESIDUAL: tl.constexpr, K: tl.constexpr,
 ):
     """Input values k of `row` [BLOCK_K], in the weight's dtype, as the unfused layers compute them."""
-    x_row = x_ptr + row * x_row_stride
-    dtype = x_ptr.dtype.element_ty
     if PROLOGUE == 2:  # silu_and_mul: gate = x[:, :K], up = x[:, K:]
+        x_row = x_ptr + row * x_row_stride
         gate = tl.load(x_row + k, mask=k_mask, other=0.0).to(tl.float32)
         up = tl.load(x_row + K + k, mask=k_mask, other=0.0).to(tl.float32)
-        x = (gate / (1.0 + tl.exp(-gate)) * up).to(dtype)
+        x = (gate / (1.0 + tl.exp(-gate)) * up).to(x_ptr.dtype.element_ty)
     else:
-        x = tl.load(x_row + k, mask=k_mask, other=0.0)
+        x = _row_chunk(x_ptr, residual_ptr, residual_out_ptr, row, k, k_mask, x_row_stride, residual_row_stride,
+                       write_residual, HAS_RESIDUAL, K)
         if PROLOGUE == 1:
-            if HAS_RESIDUAL:
-                r = tl.load(residual_ptr + row * residual_row_stride + k, mask=k_mask, other=0.0)
-                x = (x.to(tl.float32) + r.to(tl.float32)).to(dtype)  # the residual stream, rounded as torch does
-                tl.store(residual_out_ptr + row * K + k, x, mask=k_mask & write_residual)
-            normed = (x.to(tl.float32) * inv_rms).to(dtype)
-            w = tl.load(norm_weight_ptr + k, mask=k_mask, other=0.0)
-            x = (normed.to(tl.float32) * w.to(tl.float32)).to(dtype)
+            x = _rms_normed(x, inv_rms, tl.load(norm_weight_ptr + k, mask=k_mask, other=0.0))
     return x
 
 
@@ -81,32 +96,39 @@ def _small_batch_linear_kernel(
     col_mask = cols < N
     k = tl.arange(0, BLOCK_K)
     w_rows = weight_ptr + cols[:, None].to(tl.int64) * w_row_stride
-    # The weight is not written by any kernel: load its first tile before waiting for the input.
+    # The weights are not written by any kernel: load the first tile (and the norm's weight) before
+    # waiting for the input.
     w = tl.load(w_rows + k[None, :], mask=col_mask[:, None] & (k[None, :] < K), other=0.0)  # [BLOCK_N, BLOCK_K]
+    if PROLOGUE == 1 and K <= BLOCK_K:
+        norm_w = tl.load(norm_weight_ptr + k, mask=k < K, other=0.0)
     wait_previous_kernel(USE_PDL)
 
-    inv_rms = 0.0
-    if PROLOGUE == 1:  # sum of squares of the whole row first
-        sum_sq = tl.zeros([BLOCK_K], tl.float32)
+    if PROLOGUE == 1 and K <= BLOCK_K:  # the row fits one tile: load it once, norm it, multiply
+        x = _row_chunk(x_ptr, residual_ptr, residual_out_ptr, row, k, k < K, x_row_stride, residual_row_stride,
+                       pid_n == 0, HAS_RESIDUAL, K)
+        xf = x.to(tl.float32)
+        x = _rms_normed(x, 1.0 / tl.sqrt(tl.sum(xf * xf, 0) / K + eps), norm_w)
+        acc = tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
+    else:
+        inv_rms = 0.0
+        if PROLOGUE == 1:  # sum of squares of the whole row first
+            sum_sq = tl.zeros([BLOCK_K], tl.float32)
+            for k0 in range(0, K, BLOCK_K):
+                kk = k0 + k
+                x = _row_chunk(x_ptr, residual_ptr, residual_out_ptr, row, kk, kk < K, x_row_stride,
+                               residual_row_stride, False, HAS_RESIDUAL, K)
+                xf = x.to(tl.float32)
+                sum_sq += xf * xf
+            inv_rms = 1.0 / tl.sqrt(tl.sum(sum_sq, 0) / K + eps)
+        acc = tl.zeros([BLOCK_N], tl.float32)
         for k0 in range(0, K, BLOCK_K):
             kk = k0 + k
-            x = tl.load(x_ptr + row * x_row_stride + kk, mask=kk < K, other=0.0)
-            if HAS_RESIDUAL:
-                r = tl.load(residual_ptr + row * residual_row_stride + kk, mask=kk < K, other=0.0)
-                x = (x.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)
-            xf = x.to(tl.float32)
-            sum_sq += xf * xf
-        inv_rms = 1.0 / tl.sqrt(tl.sum(sum_sq, 0) / K + eps)
-
-    acc = tl.zeros([BLOCK_N], tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        kk = k0 + k
-        k_mask = kk < K
-        x = _input_chunk(x_ptr, residual_ptr, residual_out_ptr, norm_weight_ptr, row, kk, k_mask, x_row_stride,
-                         residual_row_stride, inv_rms, pid_n == 0, PROLOGUE, HAS_RESIDUAL, K)
-        acc += tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
-        next_k = kk + BLOCK_K  # prefetch the next tile (all masked after the last one)
-        w = tl.load(w_rows + next_k[None, :], mask=col_mask[:, None] & (next_k[None, :] < K), other=0.0)
+            k_mask = kk < K
+            x = _input_chunk(x_ptr, residual_ptr, residual_out_ptr, norm_weight_ptr, row, kk, k_mask, x_row_stride,
+                             residual_row_stride, inv_rms, pid_n == 0, PROLOGUE, HAS_RESIDUAL, K)
+            acc += tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
+            next_k = kk + BLOCK_K  # prefetch the next tile (all masked after the last one)
+            w = tl.load(w_rows + next_k[None, :], mask=col_mask[:, None] & (next_k[None, :] < K), other=0.0)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + row * N + cols, acc.to(out_ptr.dtype.element_ty), mask=col_mask)
