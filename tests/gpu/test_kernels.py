@@ -1,13 +1,16 @@
 """The Triton kernels against the torch reference backend on a real GPU, at model-sized shapes:
 SmolLM2 (9 heads / 3 KV heads, d 64), Qwen3-0.6B (16 / 8, d 128), MQA (6 / 1), page sizes 1 and 16,
-prefixes up to 2k tokens, decode batches up to 64; the small-batch GEMV on a strided (row-parallel) weight."""
+prefixes up to 2k tokens, decode batches up to 64; the small-batch GEMV on a strided (row-parallel) weight;
+the fused decode work (q/k norms and RoPE in the decode kernel, the fused decode layer) against the
+unfused kernels, each with negative controls that must land outside the bound."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from minisgl.testing.attention_checks import fused_kernel_errors, run_attention_case
+from minisgl.testing.attention_checks import (ROPE_MISTAKES, fused_kernel_errors, rope_decode_excess,
+                                               run_attention_case)
 
 HEADS = [(9, 3, 64), (16, 8, 128), (6, 1, 32)]
 # fp32 runs use true fp32 products; bf16 against an fp32 reference lands near 1e-2 at most
@@ -80,3 +83,49 @@ def test_small_batch_linear_takes_a_row_parallel_shard(rows: int, dtype: torch.d
     bf16 = dtype == torch.bfloat16
     torch.testing.assert_close(TritonKernels().linear(x, shard).float(), expected, rtol=1e-2 if bf16 else 1e-4,
                                atol=5e-2 if bf16 else 1e-3)
+
+
+ROPE_BATCHES = {  # prefix lengths: 16 splits at batch 1, several at 4, one split (no merge) at 64
+    "one": [2047],
+    "four": [0, 7, 300, 2047],
+    "sixty-four": torch.randint(0, 2048, (64,), generator=torch.Generator().manual_seed(5)).tolist(),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("batch", ROPE_BATCHES)
+@pytest.mark.parametrize("heads,qk_norm", [((9, 3, 64), False), ((16, 8, 128), True)], ids=["smollm2", "qwen3"])
+def test_decode_kernel_norms_and_rotates_as_the_separate_kernels_do(heads, qk_norm: bool, batch: str,
+                                                                   dtype: torch.dtype) -> None:
+    pytest.importorskip("triton")
+    case = dict(prefix_lens=ROPE_BATCHES[batch], qk_norm=qk_norm, page_size=16)
+    excess = rope_decode_excess("cuda", dtype, *heads, **case)
+    wrong = {m: rope_decode_excess("cuda", dtype, *heads, **case, mistake=m)
+             for m in ROPE_MISTAKES if qk_norm or m != "no q/k norm"}
+    print(f"fused RoPE {dtype} {batch}: {excess:.2f} of the bound; mistakes "
+          + ", ".join(f"{m} {v:.0f}" for m, v in wrong.items()))
+    assert excess <= 1
+    assert all(v > 1 for v in wrong.values()), wrong
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3"])
+def test_the_fused_decode_layer_computes_what_the_plain_layers_do(name: str, tiny_model_dir) -> None:
+    """One decode step of the engine's fused layers (GEMVs with norm / SiLU prologues, RoPE in the
+    decode kernel) against the plain layers' forward, fp32 on the GPU; a wrong position and a dropped
+    residual are rejected."""
+    pytest.importorskip("triton")
+    from minisgl.config import EngineConfig
+    from minisgl.engine.engine import Engine
+    from minisgl.testing.fused_layer_checks import LAYER_MISTAKES, fused_layer_excess
+
+    engine = Engine(EngineConfig(tiny_model_dir(name), device="cuda", dtype="float32", num_pages=512,
+                                 attention_backend="triton", cuda_graph_max_bs=0, progress=False))
+    try:
+        excess = fused_layer_excess(engine)
+        wrong = {m: fused_layer_excess(engine, m) for m in LAYER_MISTAKES}
+    finally:
+        engine.shutdown()
+    print(f"fused layer {name}: {excess:.2f} of the bound; mistakes "
+          + ", ".join(f"{m} {v:.0f}" for m, v in wrong.items()))
+    assert excess <= 1
+    assert all(v > 1 for v in wrong.values()), wrong
