@@ -18,6 +18,11 @@ Work that would be launches of their own happens in the programs too:
   position itself, rounding where the separate kernels round (no norm or RoPE launch). Each program
   rotates the q heads of its group (a few hundred values); the program storing the new k rotates it.
 
+Launched with PDL (pdl.py), a program loads its slice's first K/V tile, the page table and the
+request's lengths before it waits for the previous kernel: nothing in the step writes them (the
+host wrote the inputs before the step, the cache holds earlier steps' tokens), so only the q/k/v
+loads wait. The new token's row, stale in that early tile, is replaced by the k/v it just stored.
+
 Splitting keeps the GPU busy when requests x KV heads is small (batch 1 has 3-8 programs without
 it). The caller picks the number of splits (`decode_num_splits` in minisgl/attention/
 triton_backend.py: from the batch size rounded up to a power of two, so CUDA-graph padding never
@@ -57,13 +62,21 @@ def attend_kv_tile(q, k_cache_ptr, v_cache_ptr, kv_offs, kv_mask, visible, m_i, 
     output acc [rows, D]; the caller divides acc by l_i at the end. Shared by decode and extend.
     """
     k = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0)  # [BLOCK_N, D]
+    v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0)
+    return attend_tile(q, k, v, visible, m_i, l_i, acc, scale_log2, PRECISION)
+
+
+@triton.jit
+def attend_tile(q, k, v, visible, m_i, l_i, acc, scale_log2, PRECISION: tl.constexpr):
+    """`attend_kv_tile` on K and V tiles [BLOCK_N, D] already loaded. A row that has seen no visible
+    key yet keeps m_i = -inf, l_i = 0 and acc = 0 (a decode slice with no keys at all)."""
     scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2  # [rows, BLOCK_N], log2 units
     scores = tl.where(visible, scores, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(scores, 1))
-    p = tl.exp2(scores - m_new[:, None])
-    alpha = tl.exp2(m_i - m_new)  # rescales what was accumulated under the old max
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # exp2(-inf - -inf) would be NaN
+    p = tl.exp2(scores - m_safe[:, None])
+    alpha = tl.exp2(m_i - m_safe)  # rescales what was accumulated under the old max
     l_i = l_i * alpha + tl.sum(p, 1)
-    v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
     return m_new, l_i, acc
 
@@ -138,7 +151,9 @@ def _decode_kernel(
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     let_next_kernel_launch(USE_PDL)
-    wait_previous_kernel(USE_PDL)
+    # Before waiting for the previous kernel, load what no kernel of this step writes: the host's
+    # per-request inputs, the page table, the RoPE angles, and the slice's first K/V tile (cached by
+    # earlier steps; the new token's row, stale there, is patched in below).
     seq_len = tl.load(seq_lens_ptr + req)
     row = tl.load(req_rows_ptr + req).to(tl.int64)
     split_len = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
@@ -146,32 +161,46 @@ def _decode_kernel(
     end = tl.minimum(start + split_len, seq_len)
     dims = tl.arange(0, BLOCK_D)
     dim_mask = dims < HEAD_DIM
-    heads = kv_head * GROUP + tl.arange(0, BLOCK_H)  # [BLOCK_H]
-    head_mask = tl.arange(0, BLOCK_H) < GROUP
-    q_mask = head_mask[:, None] & dim_mask[None, :]
-    q_src = q_ptr + req.to(tl.int64) * q_req_stride
+    pos_n = start + tl.arange(0, BLOCK_N)  # [BLOCK_N] the first tile's positions
+    pos_mask = pos_n < end
+    page = tl.load(page_table_ptr + row * page_table_stride + pos_n // PAGE_SIZE, mask=pos_mask, other=0)
+    slot = page.to(tl.int64) * PAGE_SIZE + pos_n % PAGE_SIZE
+    kv_offs = slot[:, None] * cache_slot_stride + kv_head * cache_head_stride + dims[None, :]
+    kv_mask = pos_mask[:, None] & dim_mask[None, :]
+    k_tile = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+    v_tile = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0)
     if ROPE:
         half = dims % (HEAD_DIM // 2)
         pos = tl.load(positions_ptr + req).to(tl.int64)
         cos = tl.load(cos_sin_ptr + pos * HEAD_DIM + half, mask=dim_mask, other=0.0).to(tl.float32)
         sin = tl.load(cos_sin_ptr + pos * HEAD_DIM + HEAD_DIM // 2 + half, mask=dim_mask, other=0.0).to(tl.float32)
-
-    if STORE_NEW_KV:  # the slice holding position seq_len - 1 writes this KV head's new K/V first
+    if STORE_NEW_KV:
         new_slot = tl.load(new_slots_ptr + req).to(tl.int64)
+    wait_previous_kernel(USE_PDL)
+
+    heads = kv_head * GROUP + tl.arange(0, BLOCK_H)  # [BLOCK_H]
+    head_mask = tl.arange(0, BLOCK_H) < GROUP
+    q_mask = head_mask[:, None] & dim_mask[None, :]
+    q_src = q_ptr + req.to(tl.int64) * q_req_stride
+    if STORE_NEW_KV:  # the slice holding position seq_len - 1 writes this KV head's new K/V first
         owns_new = (seq_len - 1 >= start) & (seq_len - 1 < end) & (new_slot >= 0)
-        new_mask = dim_mask & owns_new
+        new_mask = (dim_mask & owns_new)[None, :]  # [1, BLOCK_D]
         k_src = new_k_ptr + req.to(tl.int64) * new_k_req_stride
+        k_head = tl.zeros([1, 1], tl.int32) + kv_head * HEAD_DIM  # [1, 1]: one head
         if ROPE:
-            k_head = tl.zeros([1, 1], tl.int32) + kv_head * HEAD_DIM  # [1, 1]: one head
-            new_k = tl.reshape(normed_rotated_heads(k_src, k_head, dims, new_mask[None, :], cos, sin, k_norm_ptr, eps,
-                                                    HEAD_DIM // 2, HEAD_DIM, QK_NORM), [BLOCK_D])
+            new_k = normed_rotated_heads(k_src, k_head, dims, new_mask, cos, sin, k_norm_ptr, eps,
+                                         HEAD_DIM // 2, HEAD_DIM, QK_NORM)  # [1, BLOCK_D]
         else:
-            new_k = tl.load(k_src + kv_head * HEAD_DIM + dims, mask=new_mask)
-        new_v = tl.load(new_v_ptr + req.to(tl.int64) * new_v_req_stride + kv_head * HEAD_DIM + dims, mask=new_mask)
-        new_offs = new_slot * cache_slot_stride + kv_head * cache_head_stride + dims
+            new_k = tl.load(k_src + k_head + dims[None, :], mask=new_mask)
+        new_v = tl.load(new_v_ptr + req.to(tl.int64) * new_v_req_stride + k_head + dims[None, :], mask=new_mask)
+        new_k, new_v = new_k.to(k_cache_ptr.dtype.element_ty), new_v.to(v_cache_ptr.dtype.element_ty)
+        new_offs = new_slot * cache_slot_stride + kv_head * cache_head_stride + dims[None, :]
         tl.store(k_cache_ptr + new_offs, new_k, mask=new_mask)
         tl.store(v_cache_ptr + new_offs, new_v, mask=new_mask)
-        tl.debug_barrier()  # the loop below reads that slot back: every thread must see the store
+        is_new = ((pos_n == seq_len - 1) & owns_new)[:, None]  # [BLOCK_N, 1]
+        k_tile = tl.where(is_new, new_k, k_tile)
+        v_tile = tl.where(is_new, new_v, v_tile)
+        tl.debug_barrier()  # a later tile of the loop reads that slot back: every thread must see the store
 
     if ROPE:
         q = normed_rotated_heads(q_src, heads[:, None] * q_head_stride, dims, q_mask, cos, sin, q_norm_ptr, eps,
@@ -182,7 +211,8 @@ def _decode_kernel(
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)  # running max of the scores (log2 units)
     l_i = tl.zeros([BLOCK_H], tl.float32)  # running sum of exp2(score - m_i)
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
-    for block_start in range(start, end, BLOCK_N):
+    m_i, l_i, acc = attend_tile(q, k_tile, v_tile, pos_mask[None, :], m_i, l_i, acc, scale_log2, PRECISION)
+    for block_start in range(start + BLOCK_N, end, BLOCK_N):
         pos_n = block_start + tl.arange(0, BLOCK_N)
         pos_mask = pos_n < end
         page = tl.load(page_table_ptr + row * page_table_stride + pos_n // PAGE_SIZE, mask=pos_mask, other=0)
