@@ -74,7 +74,10 @@ class EngineConfig:
     # whole experts per rank and sends tokens to them (chapter 14)
     seed: int = 0
     progress: bool = True  # tqdm bar while loading weights (rank 0 only)
-    max_running_requests: int = 64  # requests decoded together; sizes the device page table too
+    max_running_requests: int | None = None  # requests decoded together; sizes the device page table too;
+    # None: the engine sizes it with its KV pool (64 on a CPU; minisgl/engine/limits.py)
+    max_prefill_tokens: int | None = None  # token budget of one prefill step (the scheduler's); longer prompts
+    # are chunked; None: sized with the KV pool (2,048 on a CPU; minisgl/engine/limits.py)
     cuda_graph_max_bs: int | None = None  # largest decode batch replayed as a CUDA graph; 0 disables;
     # None: max_running_requests (capped at 256)
     cpu_graph_max_bs: int | None = None  # largest decode batch replayed as a CPU graph of C calls (cpu_graph.py);
@@ -119,7 +122,6 @@ class EngineConfig:
 
 @dataclass
 class SchedulerConfig(EngineConfig):
-    max_prefill_tokens: int = 2048  # token budget of one prefill step; longer prompts are chunked
     cache: str = "radix"  # "radix": requests reuse the KV of cached prefixes; "naive": every prompt computed whole
     dp_policy: str = "round-robin"  # which replica gets each request when dp_size > 1 (DP_POLICIES, chapter 12)
 
@@ -168,7 +170,7 @@ def _check_sizes(config: SchedulerConfig) -> None:
                 "--nnodes": config.nnodes, "--max-running-requests": config.max_running_requests,
                 "--max-prefill-tokens": config.max_prefill_tokens, "--page-size": config.page_size}
     for flag, value in positive.items():
-        if value < 1:
+        if value is not None and value < 1:  # None: sized by the engine (minisgl/engine/limits.py)
             raise ArgsError(f"{flag} must be at least 1, got {value}")
     for kind, value in (("CUDA", config.cuda_graph_max_bs), ("CPU", config.cpu_graph_max_bs)):
         if value is not None and value < 0:

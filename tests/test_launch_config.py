@@ -1,6 +1,7 @@
 """Launch settings are resolved once (`minisgl.config.resolve_config`), before any process starts,
-for the CLI and `LLM` alike; the launcher never loads the engine; and `minisgl.distributed.join` is
-where a rank's groups are made, and where its control bytes are agreed on."""
+for the CLI and `LLM` alike; the launcher never loads the engine; the batch limits left unset are
+sized by the engine from its device and KV pool (`minisgl.engine.limits`); and
+`minisgl.distributed.join` is where a rank's groups are made, and where its control bytes are agreed on."""
 
 from __future__ import annotations
 
@@ -91,3 +92,19 @@ def test_every_rank_takes_rank_0s_choice(tiny_model_dir) -> None:
     """What rank 0 measured for dtype "auto" holds on every rank: partial sums in two dtypes could not be added."""
     assert run_ranks(_agree, 3) == [{"dtype": "float32", "rank": 0, "note": ""}] * 3
     assert run_ranks(_precision_of_rank, 2, tiny_model_dir("llama")) == [("float32", "float32")] * 2
+
+
+def test_batch_limits_follow_the_kv_pool_on_cuda_and_stay_the_measured_defaults_on_a_cpu(tmp_path) -> None:
+    from minisgl.engine.limits import with_batch_limits
+
+    cuda = SchedulerConfig(model_path=tmp_path, device="cuda")
+
+    def limits(config: SchedulerConfig, pool_tokens: int) -> tuple[int, int]:
+        sized = with_batch_limits(config, pool_tokens)
+        return sized.max_running_requests, sized.max_prefill_tokens
+
+    assert limits(cuda, 1_090_000) == (256, 8192)  # Qwen3-0.6B shape on an H200
+    assert limits(cuda, 860_000) == (208, 8192)  # Llama-3.1-8B on an H200: multiples of 8, the graph buckets
+    assert limits(cuda, 30_000) == (8, 2048)  # an 8B model on a 24 GB GPU: the floors
+    assert limits(SchedulerConfig(model_path=tmp_path, device="cpu"), 10**6) == (64, 2048)
+    assert limits(dataclasses.replace(cuda, max_running_requests=32, max_prefill_tokens=512), 10**6) == (32, 512)

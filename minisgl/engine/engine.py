@@ -46,6 +46,7 @@ from minisgl.models.weight import load_weights
 from minisgl.trace import TRACE
 
 from .cuda_graph import CudaGraphRunner
+from .limits import with_batch_limits
 from .placeholders import resolve_placeholders
 from .precision import resolve_precision
 from .sampler import greedy_tokens, sample
@@ -106,6 +107,7 @@ class Engine:
             self.kv_dtype,
             self.device,
         )
+        self.config = config = with_batch_limits(config, self.kv_pool.num_slots)  # limits left to the device
         self.attn_backend = create_attention_backend(
             config.attention_backend, self.kv_pool, self.device,
             self.model_config.max_position_embeddings, config.max_running_requests,

@@ -59,11 +59,11 @@ def run_scheduler(config: SchedulerConfig, addrs: IpcAddresses, ready: Ready) ->
     io: SchedulerIO
     if config.pp_info.size == 1:
         io = ZmqIO(config.tp_info, engine.groups.cpu, addrs, config.dp_rank)
-        scheduler = Scheduler(config, engine, io)
+        scheduler = Scheduler(engine.config, engine, io)
     else:
         frontend = ZmqIO(config.tp_info, engine.groups.cpu, addrs, config.dp_rank) if engine.stage.is_first else None
         io = StageIO(engine.stage, frontend)
-        scheduler = PipelineScheduler(config, engine, io)
+        scheduler = PipelineScheduler(engine.config, engine, io)
     ready(f"{engine.kv_pool.allocator.num_pages} KV pages, {describe_precision(engine.config)}")
     try:
         with naming_dead_peers(peers):  # a killed peer is named, not the requests of the failed step

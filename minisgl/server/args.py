@@ -134,11 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     batching = parser.add_argument_group("batching and KV cache")
     batching.add_argument("--max-running-requests", type=int, default=defaults.max_running_requests, metavar="N",
-                          help=f"requests decoded together (default: {defaults.max_running_requests})")
+                          help="requests decoded together (default: 64 on a CPU; on CUDA from the KV pool, "
+                          "256 on an H200)")
     batching.add_argument("--max-prefill-tokens", "--max-prefill-length", dest="max_prefill_tokens", type=int,
                           default=defaults.max_prefill_tokens, metavar="TOKENS",
-                          help="prompt tokens per prefill step; longer prompts are chunked "
-                          f"(default: {defaults.max_prefill_tokens})")
+                          help="prompt tokens per prefill step; longer prompts are chunked (default: 2048 on a "
+                          "CPU; on CUDA from the KV pool, 8192 on an H200)")
     batching.add_argument("--page-size", type=int, default=defaults.page_size, metavar="TOKENS",
                           help=f"tokens per KV page (default: {defaults.page_size})")
     batching.add_argument("--cache", default=defaults.cache, choices=list(CACHES),

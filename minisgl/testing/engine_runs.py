@@ -18,7 +18,7 @@ class InProcessRun:
     def __init__(self, config: SchedulerConfig, engine: Engine | None = None) -> None:
         self.io = LocalIO()
         self.engine = engine or Engine(config)
-        self.scheduler = Scheduler(config, self.engine, self.io)
+        self.scheduler = Scheduler(self.engine.config, self.engine, self.io)
         self._next_uid = 0
 
     def submit(self, prompt: list[int], sampling_params: SamplingParams) -> int:
