@@ -1,6 +1,6 @@
 """One rank's engine: bind the device, join the TP group, build the model on the meta device and
-stream its shard in, size the KV cache (the same on every rank), and run forward + sample
-(chapters 02-04). Once the model is loaded, its device's speed plug-in goes in (minisgl/cpu/ or
+stream its shard in, size the KV cache (the same on every rank) and the batch limits left to the
+device (limits.py), and run forward + sample (chapters 02-04). Once the model is loaded, its device's speed plug-in goes in (minisgl/cpu/ or
 minisgl/kernel/; the capstone's TP steps after it, chapter 15). On CUDA it also captures decode CUDA
 graphs and can run a step asynchronously, so the scheduler prepares the next step meanwhile; on a
 CPU it records decode steps that are all C kernel calls as CPU graphs (chapter 10). With pipeline

@@ -85,7 +85,7 @@ class LLM:
             TRACE.stop()
             raise
         if in_process:
-            self.config = self.backend.engine.config  # with dtype "auto" as the engine measured it
+            self.config = self.backend.engine.config  # with dtype "auto" and the batch limits as the engine set them
         self._uids = itertools.count()
 
     def generate(
