@@ -18,10 +18,11 @@ Work that would be launches of their own happens in the programs too:
   position itself, rounding where the separate kernels round (no norm or RoPE launch). Each program
   rotates the q heads of its group (a few hundred values); the program storing the new k rotates it.
 
-Launched with PDL (pdl.py), a program loads its slice's first K/V tile, the page table and the
-request's lengths before it waits for the previous kernel: nothing in the step writes them (the
-host wrote the inputs before the step, the cache holds earlier steps' tokens), so only the q/k/v
-loads wait. The new token's row, stale in that early tile, is replaced by the k/v it just stored.
+Launched with PDL (pdl.py, batches of at most SMALL_BATCH_ROWS), a program loads its slice's first
+K/V tile, the page table and the request's lengths before it waits for the previous kernel: nothing
+in the step writes them (the host wrote the inputs before the step, the cache holds earlier steps'
+tokens), so only the q/k/v loads wait. The new token's row, stale in that early tile, is replaced
+by the k/v it just stored.
 
 Splitting keeps the GPU busy when requests x KV heads is small (batch 1 has 3-8 programs without
 it). The caller picks the number of splits (`decode_num_splits` in minisgl/attention/
@@ -39,6 +40,8 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+
+from minisgl.kernel import SMALL_BATCH_ROWS
 
 from .pdl import let_next_kernel_launch, pdl_launch_options, wait_previous_kernel
 from .store_kv import token_rows
@@ -62,23 +65,26 @@ def attend_kv_tile(q, k_cache_ptr, v_cache_ptr, kv_offs, kv_mask, visible, m_i, 
     output acc [rows, D]; the caller divides acc by l_i at the end. Shared by decode and extend.
     """
     k = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0)  # [BLOCK_N, D]
-    v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0)
-    return attend_tile(q, k, v, visible, m_i, l_i, acc, scale_log2, PRECISION)
-
-
-@triton.jit
-def attend_tile(q, k, v, visible, m_i, l_i, acc, scale_log2, PRECISION: tl.constexpr):
-    """`attend_kv_tile` on K and V tiles [BLOCK_N, D] already loaded. A row that has seen no visible
-    key yet keeps m_i = -inf, l_i = 0 and acc = 0 (a decode slice with no keys at all)."""
     scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2  # [rows, BLOCK_N], log2 units
     scores = tl.where(visible, scores, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(scores, 1))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # exp2(-inf - -inf) would be NaN
-    p = tl.exp2(scores - m_safe[:, None])
-    alpha = tl.exp2(m_i - m_safe)  # rescales what was accumulated under the old max
+    p = tl.exp2(scores - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)  # rescales what was accumulated under the old max
     l_i = l_i * alpha + tl.sum(p, 1)
+    v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0)  # loaded late: fewer registers held
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
     return m_new, l_i, acc
+
+
+@triton.jit
+def attend_first_tile(q, k, v, visible, scale_log2, PRECISION: tl.constexpr):
+    """The online softmax's state (m, l, acc) after a first tile whose K and V [BLOCK_N, D] are
+    loaded already (`attend_kv_tile` loads its own). A slice with no keys leaves m = -inf, l = 0."""
+    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2  # [rows, BLOCK_N], log2 units
+    scores = tl.where(visible, scores, float("-inf"))
+    m = tl.max(scores, 1)
+    p = tl.exp2(scores - tl.where(m == float("-inf"), 0.0, m)[:, None])  # exp2(-inf - -inf) would be NaN
+    return m, tl.sum(p, 1), tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
 
 
 @triton.jit
@@ -145,6 +151,7 @@ def _decode_kernel(
     STORE_NEW_KV: tl.constexpr,
     ROPE: tl.constexpr,  # q and the new k still need RoPE (and QK_NORM) here
     QK_NORM: tl.constexpr,
+    EARLY_TILE: tl.constexpr,  # load the first K/V tile before the wait (small batches)
     USE_PDL: tl.constexpr,
 ):
     req = tl.program_id(0)
@@ -152,8 +159,10 @@ def _decode_kernel(
     split = tl.program_id(2)
     let_next_kernel_launch(USE_PDL)
     # Before waiting for the previous kernel, load what no kernel of this step writes: the host's
-    # per-request inputs, the page table, the RoPE angles, and the slice's first K/V tile (cached by
-    # earlier steps; the new token's row, stale there, is patched in below).
+    # per-request inputs, the page table, the RoPE angles, and for a small batch (PDL's) the slice's
+    # first K/V tile (cached by earlier steps; the new token's row, stale there, is patched in below).
+    # A large batch has no wait to hide, and a tile held over the loop costs registers: its loop
+    # loads every tile (benchmark/GPU_RESULTS.md: the offline run that held it there was slower).
     seq_len = tl.load(seq_lens_ptr + req)
     row = tl.load(req_rows_ptr + req).to(tl.int64)
     split_len = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
@@ -161,14 +170,15 @@ def _decode_kernel(
     end = tl.minimum(start + split_len, seq_len)
     dims = tl.arange(0, BLOCK_D)
     dim_mask = dims < HEAD_DIM
-    pos_n = start + tl.arange(0, BLOCK_N)  # [BLOCK_N] the first tile's positions
-    pos_mask = pos_n < end
-    page = tl.load(page_table_ptr + row * page_table_stride + pos_n // PAGE_SIZE, mask=pos_mask, other=0)
-    slot = page.to(tl.int64) * PAGE_SIZE + pos_n % PAGE_SIZE
-    kv_offs = slot[:, None] * cache_slot_stride + kv_head * cache_head_stride + dims[None, :]
-    kv_mask = pos_mask[:, None] & dim_mask[None, :]
-    k_tile = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
-    v_tile = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0)
+    if EARLY_TILE:
+        first_pos = start + tl.arange(0, BLOCK_N)  # [BLOCK_N] the first tile's positions
+        first_mask = first_pos < end
+        page = tl.load(page_table_ptr + row * page_table_stride + first_pos // PAGE_SIZE, mask=first_mask, other=0)
+        slot = page.to(tl.int64) * PAGE_SIZE + first_pos % PAGE_SIZE
+        kv_offs = slot[:, None] * cache_slot_stride + kv_head * cache_head_stride + dims[None, :]
+        kv_mask = first_mask[:, None] & dim_mask[None, :]
+        k_tile = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+        v_tile = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0)
     if ROPE:
         half = dims % (HEAD_DIM // 2)
         pos = tl.load(positions_ptr + req).to(tl.int64)
@@ -197,10 +207,11 @@ def _decode_kernel(
         new_offs = new_slot * cache_slot_stride + kv_head * cache_head_stride + dims[None, :]
         tl.store(k_cache_ptr + new_offs, new_k, mask=new_mask)
         tl.store(v_cache_ptr + new_offs, new_v, mask=new_mask)
-        is_new = ((pos_n == seq_len - 1) & owns_new)[:, None]  # [BLOCK_N, 1]
-        k_tile = tl.where(is_new, new_k, k_tile)
-        v_tile = tl.where(is_new, new_v, v_tile)
-        tl.debug_barrier()  # a later tile of the loop reads that slot back: every thread must see the store
+        if EARLY_TILE:
+            is_new = ((first_pos == seq_len - 1) & owns_new)[:, None]  # [BLOCK_N, 1]
+            k_tile = tl.where(is_new, new_k, k_tile)
+            v_tile = tl.where(is_new, new_v, v_tile)
+        tl.debug_barrier()  # the loop reads that slot back: every thread must see the store
 
     if ROPE:
         q = normed_rotated_heads(q_src, heads[:, None] * q_head_stride, dims, q_mask, cos, sin, q_norm_ptr, eps,
@@ -208,11 +219,15 @@ def _decode_kernel(
     else:
         q = tl.load(q_src + heads[:, None] * q_head_stride + dims[None, :], mask=q_mask, other=0.0)
 
-    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)  # running max of the scores (log2 units)
-    l_i = tl.zeros([BLOCK_H], tl.float32)  # running sum of exp2(score - m_i)
-    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
-    m_i, l_i, acc = attend_tile(q, k_tile, v_tile, pos_mask[None, :], m_i, l_i, acc, scale_log2, PRECISION)
-    for block_start in range(start + BLOCK_N, end, BLOCK_N):
+    if EARLY_TILE:  # the running max, the sum of exp2(score - max), the unscaled output
+        m_i, l_i, acc = attend_first_tile(q, k_tile, v_tile, first_mask[None, :], scale_log2, PRECISION)
+        loop_start = start + BLOCK_N
+    else:
+        m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)  # (log2 units)
+        l_i = tl.zeros([BLOCK_H], tl.float32)
+        acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+        loop_start = start
+    for block_start in range(loop_start, end, BLOCK_N):
         pos_n = block_start + tl.arange(0, BLOCK_N)
         pos_mask = pos_n < end
         page = tl.load(page_table_ptr + row * page_table_stride + pos_n // PAGE_SIZE, mask=pos_mask, other=0)
@@ -346,6 +361,7 @@ def decode_attention(
         STORE_NEW_KV=new_kv is not None,
         ROPE=rope is not None,
         QK_NORM=rope is not None and rope.q_norm is not None,
+        EARLY_TILE=num_reqs <= SMALL_BATCH_ROWS,
         num_warps=4,
         num_stages=2,
         **pdl_launch_options(q),
