@@ -77,11 +77,11 @@ def _agree(rank: int, world_size: int) -> dict:
 
 
 def _precision_of_rank(rank: int, world_size: int, model_dir) -> tuple[str, str]:
-    from minisgl.engine.engine import _same_on_every_rank
+    from minisgl.engine.precision import same_on_every_rank
 
     config = SchedulerConfig(model_path=model_dir, dtype=["float32", "bfloat16"][rank],
                              kv_cache_dtype=["float32", "bfloat16"][rank])
-    agreed = _same_on_every_rank(config, torch.distributed.group.WORLD)
+    agreed = same_on_every_rank(config, torch.distributed.group.WORLD)
     assert dataclasses.replace(agreed, dtype=config.dtype, kv_cache_dtype=config.kv_cache_dtype) == config
     return agreed.dtype, agreed.kv_cache_dtype
 
