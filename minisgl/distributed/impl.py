@@ -1,13 +1,9 @@
-"""Who this process is among the tensor-parallel ranks, and every collective a rank makes
-(chapters 02, 03 and 06).
-
-- `DistributedInfo`: set once per process, before any layer is built, because every TP layer reads
-  it in its constructor to size its local shard;
-- the tensor seam the layers call, `all_reduce` / `all_gather`: `DistributedCommunicator.plugins` is
-  a list whose last entry wins, as in mini-SGLang (gloo or NCCL through torch.distributed, PyNCCL
-  above them; `groups.join` registers them), and counts every call for chapter 07;
-- the control plane: the few integers and bytes the ranks agree on over the gloo CPU group (the KV
-  size, rank 0's message count, the NCCL unique id, the precision). They are never counted.
+"""Who this process is among the tensor-parallel ranks, and every collective a rank makes (chapters
+02, 03 and 06). `DistributedInfo` is set before any layer is built: every TP layer reads it to size
+its shard. The layers call `all_reduce` / `all_gather`, which run on the last of
+`DistributedCommunicator.plugins` (as in mini-SGLang; `groups.join` registers them) and are counted
+(chapter 07). The control plane, never counted: the few integers and bytes the ranks agree on over
+the gloo CPU group (the KV size, rank 0's message count, the NCCL unique id, the precision).
 """
 
 from __future__ import annotations

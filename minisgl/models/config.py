@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 MOE_PARALLEL = ("tp", "ep")  # split each expert's intermediate dim, or place whole experts per rank
 
 
@@ -50,17 +49,13 @@ class ModelConfig:
     def from_dir(cls, model_dir: str | Path) -> ModelConfig:
         model_dir = Path(model_dir)
         if not model_dir.is_dir():
-            raise ModelError(
-                f"model directory '{model_dir}' does not exist; pass a Hugging Face checkpoint "
-                "directory, or leave the model unset to use the embedded SmolLM2"
-            )
-        config_path = model_dir / "config.json"
-        if not config_path.is_file():
+            raise ModelError(f"model directory '{model_dir}' does not exist; pass a Hugging Face checkpoint "
+                             "directory, or leave the model unset to use the embedded SmolLM2")
+        if not (model_dir / "config.json").is_file():
             raise ModelError(f"'{model_dir}' has no config.json; it is not a Hugging Face checkpoint directory")
-        raw = json.loads(config_path.read_text())
-        generation_path = model_dir / "generation_config.json"
-        generation = json.loads(generation_path.read_text()) if generation_path.is_file() else {}
-        return cls.from_dict(raw, generation)
+        generation = model_dir / "generation_config.json"
+        return cls.from_dict(json.loads((model_dir / "config.json").read_text()),
+                             json.loads(generation.read_text()) if generation.is_file() else {})
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], generation: dict[str, Any] | None = None) -> ModelConfig:
@@ -101,11 +96,8 @@ class ModelConfig:
 
     def is_moe_layer(self, layer_id: int) -> bool:
         """Whether layer `layer_id` routes to experts (Qwen3-MoE's rule), else it has the dense MLP."""
-        return (
-            self.num_experts > 0
-            and layer_id not in self.mlp_only_layers
-            and (layer_id + 1) % self.decoder_sparse_step == 0
-        )
+        sparse = layer_id not in self.mlp_only_layers and (layer_id + 1) % self.decoder_sparse_step == 0
+        return self.num_experts > 0 and sparse
 
     def with_moe_parallel(self, mode: str) -> ModelConfig:
         """This config with its experts split by `mode`: "tp" (each expert's intermediate dim) or
@@ -131,22 +123,16 @@ class ModelConfig:
     def valid_tp_sizes(self) -> list[int]:
         """Sizes that split the query heads, the MLP and the experts evenly, and whose KV heads split
         or replicate."""
-        return [
-            tp
-            for tp in range(1, self.num_heads + 1)
-            if all(size % tp == 0 for size in self.split_dims().values())
-            and (self.num_kv_heads % tp == 0 or tp % self.num_kv_heads == 0)
-        ]
+        return [tp for tp in range(1, self.num_heads + 1) if all(size % tp == 0 for size in self.split_dims().values())
+                and (self.num_kv_heads % tp == 0 or tp % self.num_kv_heads == 0)]
 
     def check_tp_size(self, tp_size: int) -> None:
-        valid = self.valid_tp_sizes()
-        if tp_size in valid:
+        """Raise the one-line error naming what `tp_size` does not split, and the valid sizes."""
+        if tp_size in (valid := self.valid_tp_sizes()):
             return
         undivided = [f"{name}={size}" for name, size in self.split_dims().items() if size % tp_size != 0]
-        if undivided:
-            reason = f"does not divide {undivided[0]}"
-        else:
-            reason = f"neither divides nor is a multiple of num_key_value_heads={self.num_kv_heads}"
+        reason = (f"does not divide {undivided[0]}" if undivided
+                  else f"neither divides nor is a multiple of num_key_value_heads={self.num_kv_heads}")
         split = f" (moe_parallel={self.moe_parallel})" if self.num_experts > 0 else ""
         raise ModelError(f"tp_size={tp_size} {reason}{split}; valid tp sizes: {', '.join(map(str, valid))}")
 

@@ -1,12 +1,8 @@
-"""The Llama-family decoder (Llama, Qwen2, Qwen3, Mistral share it; config flags pick qkv bias and
-q/k norm). Tensor parallelism lives entirely in the layers: this file reads like a plain
-transformer, and each decoder layer holds exactly two all-reduces (o_proj, down_proj) (chapter 07).
-Qwen3-MoE is Qwen3 whose layers may swap the dense MLP for a mixture of experts (the config says
-which; minisgl/layers/moe.py, chapter 14).
-
-With pipeline parallelism (chapter 13) the model is one stage: it builds only its own layers (the
-others are `MissingLayer`s), the embedding on the first stage, the norm and LM head on the last;
-`forward` then takes and returns the hidden states and residual that travel between stages.
+"""The Llama-family decoder (chapter 07): Llama, Qwen2, Qwen3 and Mistral share it (config flags pick
+qkv bias and q/k norm), and Qwen3-MoE swaps some layers' MLP for experts (chapter 14). Tensor
+parallelism lives in the layers: this file reads like a plain transformer, with two all-reduces per
+decoder layer (o_proj, down_proj). A pipeline stage (chapter 13) builds only its own layers (the
+others are `MissingLayer`s), and `forward` takes and returns the activations between stages.
 """
 
 from __future__ import annotations
@@ -61,10 +57,8 @@ def make_mlp(config: ModelConfig, layer_id: int) -> LlamaMLP | SparseMoeBlock:
     """The dense MLP, or for the layers a mixture-of-experts config routes, the experts."""
     if not config.is_moe_layer(layer_id):
         return LlamaMLP(config)
-    return SparseMoeBlock(
-        config.hidden_size, config.num_experts, config.num_experts_per_tok, config.moe_intermediate_size,
-        config.norm_topk_prob, config.moe_parallel,
-    )
+    return SparseMoeBlock(config.hidden_size, config.num_experts, config.num_experts_per_tok,
+                          config.moe_intermediate_size, config.norm_topk_prob, config.moe_parallel)
 
 
 class LlamaDecoderLayer(BaseOP):
