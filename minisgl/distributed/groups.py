@@ -92,8 +92,7 @@ def enable_pynccl(cpu_group: dist.ProcessGroup, device: torch.device) -> None:
 
 
 def destroy_distributed() -> None:
-    """Drop every plugin and the pipeline links, then the torch.distributed groups (graphs and
-    plugins go first)."""
+    """Drop the pipeline links and every plugin, then the torch.distributed groups."""
     disable_pipeline()
     for plugin in reversed(DistributedCommunicator.plugins):
         if isinstance(plugin, PyNCCLCommunicator):

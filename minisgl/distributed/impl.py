@@ -54,13 +54,9 @@ def get_tp_info() -> DistributedInfo:
 class DistributedImpl(Protocol):
     """One way of running collectives over the TP group (PyNCCL's communicator is one as it is)."""
 
-    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        """Sum `x` over all ranks; every rank gets the sum (may reuse `x`'s storage)."""
-        ...
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor: ...  # the sum over the ranks, on every rank (may reuse x)
 
-    def all_gather(self, x: torch.Tensor) -> torch.Tensor:
-        """Concatenate every rank's `x` along dim 0 in rank order: [n, ...] -> [size * n, ...]."""
-        ...
+    def all_gather(self, x: torch.Tensor) -> torch.Tensor: ...  # [n, ...] -> [size * n, ...], ranks in order
 
 
 class TorchDistributedImpl:
@@ -146,8 +142,7 @@ def broadcast_count(count: int, group: dist.ProcessGroup) -> int:
 
 
 def broadcast_bytes(data: bytes, group: dist.ProcessGroup) -> bytes:
-    """Rank 0's `data` on every rank of `group`, e.g. the NCCL unique id; every rank passes a buffer of
-    the same length (the other ranks' contents are overwritten)."""
+    """Rank 0's `data` (e.g. the NCCL unique id) on every rank of `group`, which pass buffers of its length."""
     tensor = torch.tensor(bytearray(data), dtype=torch.uint8)  # [len(data)]: a collective moves tensors
     dist.broadcast(tensor, group=group, group_src=0)
     return bytes(tensor.tolist())

@@ -53,8 +53,8 @@ class Engine:
         # dtype "auto" is measured where the engine runs, once: every rank takes world rank 0's choice
         self.config = config = same_on_every_rank(resolve_precision(config) if config.world_rank == 0 else config,
                                                   self.groups.world)
-        self.dtype = torch_dtype(config.dtype)
-        self.kv_dtype = torch_dtype(config.kv_cache_dtype)  # the model's dtype, or bf16 under fp32 (CPU)
+        # the KV cache's dtype: the model's, or bf16 under fp32 activations (CPU)
+        self.dtype, self.kv_dtype = torch_dtype(config.dtype), torch_dtype(config.kv_cache_dtype)
         COMM_COUNTER.configure(counting=config.comm_stats_dir is not None)
 
         with TRACE.span("load weights", "process"):
@@ -68,10 +68,9 @@ class Engine:
         self.kv_pool = KVCachePool(len(self.stage.layers), num_pages, config.page_size, kv_heads,  # this stage's
                                    self.model_config.head_dim, self.kv_dtype, self.device)
         self.attn_backend = create_attention_backend(
-            config.attention_backend, self.kv_pool, self.device,
-            self.model_config.max_position_embeddings, config.max_running_requests,
-            local_q_heads=self.model_config.num_heads // tp.size, batch_invariant=config.deterministic,
-        )
+            config.attention_backend, self.kv_pool, self.device, self.model_config.max_position_embeddings,
+            config.max_running_requests, local_q_heads=self.model_config.num_heads // tp.size,
+            batch_invariant=config.deterministic)
         self.overlap = config.overlap_schedule if config.overlap_schedule is not None else self.device.type == "cuda"
         self.overlap = self.overlap and self.stage.size == 1  # a pipeline keeps several batches in flight instead
         # the last step's greedy tokens, which fill the next step's placeholders (placeholders.py)
@@ -110,13 +109,10 @@ class Engine:
             plug_in(self.model, self.config.tp_ops)
 
     def _sync_num_pages(self, kv_heads: int) -> int:
-        """Pages every rank can afford; the minimum over ranks, so all ranks admit the same requests."""
-        per_token = KVCachePool.bytes_per_token(len(self.stage.layers), kv_heads, self.model_config.head_dim,
-                                                self.kv_dtype)
-        num_pages = kv_pages(self.config, self.config.page_size * per_token, self.device)
-        if self.groups.world is not None:  # every stage too: they mirror one scheduler
-            num_pages = min_over_ranks(num_pages, self.groups.world)
-        return num_pages
+        """The pages every rank (of every stage) can afford, their minimum: all admit the same requests."""
+        num_pages = kv_pages(self.config, self.device, len(self.stage.layers), kv_heads, self.model_config.head_dim,
+                             self.kv_dtype)
+        return num_pages if self.groups.world is None else min_over_ranks(num_pages, self.groups.world)
 
     @torch.inference_mode()
     def forward(self, batch: Batch) -> list[int]:
@@ -143,8 +139,7 @@ class Engine:
         return self._forward_on_host(batch)
 
     def _forward_on_host(self, batch: Batch) -> torch.Tensor:
-        """A step the host launches: a CPU graph's replay where one fits (or is recorded by this
-        very step), else the eager forward."""
+        """A step the host launches: a CPU graph's replay (or recording) where one fits, else the eager forward."""
         if self.cpu_graphs is not None and self.cpu_graphs.fits(batch):
             if self.overlap:  # placeholder ids -(i + 1) become token i of the previous step, in place
                 resolve_placeholders(batch.input_ids, self._future_tokens)
@@ -165,9 +160,8 @@ class Engine:
 
     @torch.inference_mode()
     def forward_stage(self, batch: Batch) -> list[int] | None:
-        """This pipeline stage's part of `batch` (chapter 13): take the previous stage's activations
-        (the first stage embeds the tokens instead), run this stage's layers, and hand the result on;
-        the last stage samples and returns the tokens."""
+        """This pipeline stage's part of `batch` (chapter 13): the previous stage's activations in (the first
+        stage embeds the tokens), this stage's layers, the result on; the last stage samples the tokens."""
         batch = to_device(batch, self.device)
         self.attn_backend.prepare(batch)
         counted = COMM_COUNTER.forward(batch.phase, batch.num_tokens, self.device)  # a no-op unless counting
@@ -190,19 +184,13 @@ class Engine:
 
     def shutdown(self) -> None:
         if COMM_COUNTER.counting:
-            self._write_comm_stats()
+            config, tp, pp = self.config, self.config.tp_info, self.config.pp_info
+            COMM_COUNTER.write(config.comm_stats_dir, tp_rank=tp.rank, tp_size=tp.size, dp_rank=config.dp_rank,
+                               dp_size=config.dp_size, pp_rank=pp.rank, pp_size=pp.size,
+                               dist_backend=self.groups.backend, device=str(self.device))
         if self.graph_runner is not None:
             self.graph_runner.destroy()  # graphs hold captured collectives: before the communicators
             self.graph_runner = None
         if self.stage.size > 1:
             wait_for_sends()  # the next stage may still be reading them
         destroy_distributed()
-
-    def _write_comm_stats(self) -> None:
-        """What the counter saw on this rank, as `comm-[dp{replica}-][pp{stage}-]tp{rank}.json` in `comm_stats_dir`."""
-        config, tp, pp = self.config, self.config.tp_info, self.config.pp_info
-        replica = f"dp{config.dp_rank}-" if config.dp_size > 1 else ""
-        stage = f"pp{pp.rank}-" if pp.size > 1 else ""
-        COMM_COUNTER.write(Path(config.comm_stats_dir) / f"comm-{replica}{stage}tp{tp.rank}.json",
-                           tp_rank=tp.rank, tp_size=tp.size, dp_rank=config.dp_rank, dp_size=config.dp_size,
-                           pp_rank=pp.rank, pp_size=pp.size, dist_backend=self.groups.backend, device=str(self.device))

@@ -11,14 +11,17 @@ from pathlib import Path
 import torch
 
 from minisgl.config import EngineConfig
+from minisgl.kvcache import KVCachePool
 
 _CPU_KV_BUDGET_CAP = 1 << 30  # 1 GiB per rank is ~20k SmolLM2 tokens in fp32: plenty on a laptop
 
 
-def kv_pages(config: EngineConfig, page_bytes: int, device: torch.device) -> int:
-    """KV pages of `page_bytes` each that this rank can afford."""
+def kv_pages(config: EngineConfig, device: torch.device, num_layers: int, kv_heads: int, head_dim: int,
+             dtype: torch.dtype) -> int:
+    """KV pages this rank can afford, for `num_layers` layers of `kv_heads` heads of `head_dim` in `dtype`."""
     if config.num_pages is not None:
         return config.num_pages
+    page_bytes = config.page_size * KVCachePool.bytes_per_token(num_layers, kv_heads, head_dim, dtype)
     budget = config.kv_memory_gb * (1 << 30) if config.kv_memory_gb else default_kv_budget(config, device)
     return int(budget // page_bytes)
 

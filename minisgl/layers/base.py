@@ -58,11 +58,6 @@ class BaseOP:
         setattr(owner, attr, tensor)
 
 
-class MissingLayer(BaseOP):
-    """A slot for a layer that another pipeline stage holds (chapter 13): no weights, never run. It
-    keeps the global layer indices in the state-dict names (`layers.7.…` stays `layers.7.…`)."""
-
-
 OP = TypeVar("OP", bound=BaseOP)
 
 

@@ -18,9 +18,8 @@ from .messages import decode_message, encode_message
 
 
 def send_what_is_left() -> None:
-    """Close this process's sockets and wait, at most each one's linger, until what they still hold
-    has left. An interpreter's exit does this; a child forked from the fork server ends with
-    `os._exit` instead, which would drop, say, the ShutdownRequest the DP controller forwards last."""
+    """Close this process's sockets and wait, at most each one's linger, until what they hold has left:
+    a child forked from the fork server ends with `os._exit`, which would drop, say, a last ShutdownRequest."""
     zmq.Context.instance().destroy()  # (linger: each socket's own; ours are 0 unless closed with more)
 
 
@@ -92,10 +91,9 @@ class AsyncPullQueue:
 
 
 class PubQueue(_Queue):
-    """Rank 0's end of the broadcast: every payload reaches every subscriber (binds `addr`).
-
-    An XPUB socket, which also reports each subscription: PUB drops what it sends before a
-    subscriber has joined, so rank 0 first waits until all of them have (`wait_for_subscribers`)."""
+    """Rank 0's end of the broadcast: every payload reaches every subscriber (binds `addr`). An XPUB
+    socket, which reports each subscription: PUB drops what it sends before a subscriber has joined,
+    so rank 0 first waits until all of them have (`wait_for_subscribers`)."""
 
     def __init__(self, addr: str) -> None:
         super().__init__(zmq.XPUB, addr, bind=True)

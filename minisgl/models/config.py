@@ -62,35 +62,27 @@ class ModelConfig:
         from .registry import check_architecture
 
         architecture = check_architecture(raw)
-        num_heads = raw["num_attention_heads"]
+        num_heads, hidden_size = raw["num_attention_heads"], raw["hidden_size"]
         rope = raw.get("rope_parameters") or {}
         rope_scaling = raw.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
-        is_qwen2 = architecture == "Qwen2ForCausalLM"
-        is_moe = architecture == "Qwen3MoeForCausalLM"
+        moe = raw if architecture == "Qwen3MoeForCausalLM" else {}  # other models' expert fields stay 0
         return cls(
-            architecture=architecture,
-            hidden_size=raw["hidden_size"],
-            num_layers=raw["num_hidden_layers"],
-            num_heads=num_heads,
-            num_kv_heads=raw.get("num_key_value_heads") or num_heads,
-            head_dim=raw.get("head_dim") or raw["hidden_size"] // num_heads,
-            intermediate_size=raw["intermediate_size"],
-            vocab_size=raw["vocab_size"],
-            rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
-            rope_theta=raw.get("rope_theta") or rope.get("rope_theta", 10000.0),
+            architecture=architecture, hidden_size=hidden_size, num_layers=raw["num_hidden_layers"],
+            num_heads=num_heads, num_kv_heads=raw.get("num_key_value_heads") or num_heads,
+            head_dim=raw.get("head_dim") or hidden_size // num_heads, intermediate_size=raw["intermediate_size"],
+            vocab_size=raw["vocab_size"], rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
+            rope_theta=raw.get("rope_theta") or rope.get("rope_theta", 10000.0), rope_scaling=rope_scaling,
             max_position_embeddings=raw.get("max_position_embeddings", 2048),
             tie_word_embeddings=raw.get("tie_word_embeddings", False),
-            qkv_bias=is_qwen2 or raw.get("attention_bias", False),
+            qkv_bias=architecture == "Qwen2ForCausalLM" or raw.get("attention_bias", False),
             o_bias=raw.get("attention_bias", False),
             qk_norm=architecture in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM"),
-            rope_scaling=rope_scaling,
             eos_token_ids=_eos_ids(raw, generation or {}),
             # transformers 5 writes num_local_experts, Qwen's own checkpoints num_experts
-            num_experts=(raw.get("num_experts") or raw.get("num_local_experts") or 0) if is_moe else 0,
-            num_experts_per_tok=raw.get("num_experts_per_tok", 0) if is_moe else 0,
-            moe_intermediate_size=raw.get("moe_intermediate_size", 0) if is_moe else 0,
-            norm_topk_prob=raw.get("norm_topk_prob", False),
-            decoder_sparse_step=raw.get("decoder_sparse_step") or 1,
+            num_experts=moe.get("num_experts") or moe.get("num_local_experts") or 0,
+            num_experts_per_tok=moe.get("num_experts_per_tok", 0),
+            moe_intermediate_size=moe.get("moe_intermediate_size", 0),
+            norm_topk_prob=raw.get("norm_topk_prob", False), decoder_sparse_step=raw.get("decoder_sparse_step") or 1,
             mlp_only_layers=tuple(raw.get("mlp_only_layers") or ()),
         )
 
@@ -100,8 +92,7 @@ class ModelConfig:
         return self.num_experts > 0 and sparse
 
     def with_moe_parallel(self, mode: str) -> ModelConfig:
-        """This config with its experts split by `mode`: "tp" (each expert's intermediate dim) or
-        "ep" (whole experts per rank); "ep" needs a mixture-of-experts model."""
+        """This config with its experts split by `mode`: "tp" (each one's intermediate dim) or "ep" (whole ones)."""
         if mode not in MOE_PARALLEL:
             raise ModelError(f"moe_parallel={mode!r} is not a way to split experts; choose {' or '.join(MOE_PARALLEL)}")
         if mode == "ep" and self.num_experts == 0:
@@ -121,8 +112,7 @@ class ModelConfig:
         return dims
 
     def valid_tp_sizes(self) -> list[int]:
-        """Sizes that split the query heads, the MLP and the experts evenly, and whose KV heads split
-        or replicate."""
+        """Sizes that split the query heads, MLP and experts evenly, and whose KV heads split or replicate."""
         return [tp for tp in range(1, self.num_heads + 1) if all(size % tp == 0 for size in self.split_dims().values())
                 and (self.num_kv_heads % tp == 0 or tp % self.num_kv_heads == 0)]
 
@@ -138,9 +128,7 @@ class ModelConfig:
 
 
 def _eos_ids(raw: dict[str, Any], generation: dict[str, Any]) -> tuple[int, ...]:
-    ids: list[int] = []
-    for source in (generation.get("eos_token_id"), raw.get("eos_token_id")):
-        for token in source if isinstance(source, list) else [source]:
-            if token is not None and token not in ids:
-                ids.append(token)
-    return tuple(ids)
+    """generation_config.json's end-of-sequence ids, then config.json's, each once."""
+    sources = [generation.get("eos_token_id"), raw.get("eos_token_id")]
+    ids = [token for source in sources for token in (source if isinstance(source, list) else [source])]
+    return tuple(dict.fromkeys(token for token in ids if token is not None))

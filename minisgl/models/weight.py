@@ -78,9 +78,8 @@ def merged_name(name: str) -> tuple[str, int] | None:
 def shard_and_merge(
     tensors: Iterable[Named], rank: int, tp_size: int, config: ModelConfig, dtype: torch.dtype | None = None
 ) -> Iterator[Named]:
-    """(engine weight name, this rank's tensor) for each checkpoint tensor as it arrives: its shard,
-    cast to `dtype`; the shards of q/k/v and gate/up wait until their group is complete, then leave
-    as the fused tensor."""
+    """(engine weight name, this rank's tensor) for each checkpoint tensor as it arrives: its shard in `dtype`;
+    the shards of q/k/v and gate/up wait until their group is complete, then leave as the fused tensor."""
     merge_buffer: dict[str, dict[int, torch.Tensor]] = {}
     experts = ExpertStacker(config, rank, tp_size, dtype)  # mixture-of-experts layers (chapter 14)
     for name, full in tensors:
@@ -109,13 +108,10 @@ def shard_and_merge(
     experts.check_complete()
 
 
-def load_weights(
-    tensors: Iterable[Named], config: ModelConfig, rank: int, tp_size: int, dtype: torch.dtype, device: torch.device,
-    merge: ShardAndMerge | None = None,
-) -> Iterator[Named]:
-    """Yield (engine weight name, local weight on `device` in `dtype`) for every weight of a
-    checkpoint streamed as (name, full tensor): `shard_and_merge`'s, or with `merge` another
-    implementation of it (the capstone's, minisgl/models/tp_ops.py)."""
+def load_weights(tensors: Iterable[Named], config: ModelConfig, rank: int, tp_size: int, dtype: torch.dtype,
+                 device: torch.device, merge: ShardAndMerge | None = None) -> Iterator[Named]:
+    """(engine weight name, local weight on `device` in `dtype`) for every (name, full tensor) of a checkpoint,
+    by `shard_and_merge`, or by `merge` in its place (the capstone's, minisgl/models/tp_ops.py)."""
     merge = merge or functools.partial(shard_and_merge, dtype=dtype)
     for name, local in merge(tensors, rank, tp_size, config):
         yield name, local.to(dtype=dtype, device=device)
