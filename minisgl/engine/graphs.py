@@ -21,9 +21,10 @@ logger = logging.getLogger(__name__)
 _MAX_GRAPH_BS = 256
 
 
-def decode_graphs(model: BaseOP, attn_backend: AttentionBackend, config: EngineConfig, device: torch.device,
-                  dist_backend: str, future_tokens: torch.Tensor) -> tuple[CudaGraphRunner | None,
-                                                                           cpu.CpuGraphRunner | None]:
+def decode_graphs(
+    model: BaseOP, attn_backend: AttentionBackend, config: EngineConfig, device: torch.device, dist_backend: str,
+    future_tokens: torch.Tensor,
+) -> tuple[CudaGraphRunner | None, cpu.CpuGraphRunner | None]:
     """(CUDA graph runner, CPU graph runner) of this rank; at most one of them is not None."""
     if device.type == "cpu":
         return None, cpu.cpu_graph_runner(model, attn_backend, config)
