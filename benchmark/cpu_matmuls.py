@@ -9,7 +9,7 @@ size it prints ms per step, the weight bytes read per second and the GFLOP/s.
 Kernels, where this CPU and build have them: fp32 and bf16 weights in oneDNN's layout (what the
 engine prepacks, prepacked.py), bf16 weights on minisgl's AMX tile kernel (amx_gemm.c), and the
 GGUF's Q4_1 blocks on minisgl's matrix-vector kernel (quant_gemv.c), its fp32 matrix-matrix kernel
-(quant_gemm.c) and its AMX tile kernel. It measures the way the kernel timings quoted in chapter 04
+(quant_gemm.c) and its AMX tile kernel. It measures the way the kernel timings quoted in chapter 16
 and in the C sources' comments were measured, so a learner can redo them on their own CPU.
 
 Weights from memory: before each pass the script writes a buffer of twice the last-level cache, or

@@ -100,6 +100,7 @@ COMPUTED = {  # numeric keys that follow from the public configs, so a key canno
     ("11", "Q1"): 2 * _SMOL_KV_TOKEN / KIB, ("11", "Q2"): (1 << 30) // (8192 * 2 * _SMOL_KV_TOKEN),
     ("13", "Q1"): -(-L8B["num_hidden_layers"] // 3), ("13", "Q2"): 2 * (SMOL["num_hidden_layers"] // 4 + 1),
     ("13", "Q4"): 2 * L8B["hidden_size"] * 2 / KIB, ("13", "Q11"): 2 * L8B["num_hidden_layers"] // 2 + 1,
+    ("16", "Q6"): _SMOL_KV_TOKEN / KIB,
 }
 
 

@@ -19,6 +19,7 @@ CHAPTERS: dict[str, str] = {
     "13": "13-pipeline-parallelism",
     "14": "14-experts-across-ranks",
     "15": "15-capstone",
+    "16": "16-cpu-path",
 }
 
 

@@ -1,4 +1,4 @@
-"""Batch-invariant attention in plain torch (`--deterministic`, chapter 04): a query's result depends
+"""Batch-invariant attention in plain torch (`--deterministic`, chapter 16): a query's result depends
 on its own request only, never on the batch around it or on how its prompt was chunked.
 
 The torch backend pads every request to the batch's longest and calls SDPA once, so a row's softmax

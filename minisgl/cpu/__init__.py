@@ -1,4 +1,4 @@
-"""The CPU speed plug-in (chapter 04 teaches its weights, chapter 10 its graphs): everything that
+"""The CPU speed plug-in (chapter 16, "The CPU path"): everything that
 makes minisgl fast on a CPU, kept out of the layers and the loader a learner reads.
 
 - `accelerate(model, settings, ...)`: once the model is built and loaded, install the CPU's kernel

@@ -1,5 +1,5 @@
-/* bf16 matrix-matrix products on Intel's AMX tiles, for fp32 activations (chapter 04, "bf16
- * matmuls, fp32 everything else").
+/* bf16 matrix-matrix products on Intel's AMX tiles, for fp32 activations (chapter 16, "AMX
+ * tiles").
  *
  * An AMX core holds eight tile registers of up to 16 rows x 64 bytes and one instruction,
  * TDPBF16PS, that multiplies two of them into a third:

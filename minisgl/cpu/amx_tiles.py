@@ -1,5 +1,5 @@
-"""Dense weights as bf16 AMX tiles, multiplied by minisgl's own kernel (CPU only; chapter 04, "bf16
-matmuls, fp32 everything else").
+"""Dense weights as bf16 AMX tiles, multiplied by minisgl's own kernel (CPU only; chapter 16, "AMX
+tiles").
 
 On a CPU with AMX, bf16 matmuls under fp32 activations (`matmul_dtype="bfloat16"`) go to
 amx_gemm.c instead of oneDNN. The weight is reordered once, at load, into the

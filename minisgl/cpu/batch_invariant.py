@@ -1,5 +1,5 @@
 """Batch-invariant matmuls (`--deterministic`): a request's tokens do not depend on which other
-requests share its batch (chapter 04, "Deterministic answers").
+requests share its batch (chapter 16, "Deterministic answers").
 
 A CPU matmul library picks its blocking, and so the order in which it adds up each dot product,
 from the shape of the call: the same row inside a batch of 1 and of 64 can come out one rounding

@@ -1,5 +1,5 @@
 """Record a forward's C kernel calls once, replay them on later steps: the CPU's counterpart of a
-CUDA graph (chapter 10, "CPU graphs"; graphs.py runs them for the engine).
+CUDA graph (chapter 16, "CPU graphs"; graphs.py runs them for the engine).
 
 A decode step of a small model on the CPU is a few hundred calls into minisgl's C kernels (four
 quantized matmuls, two norms, RoPE, attention and SiLU per layer). The C work of one call is a few

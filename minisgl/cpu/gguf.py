@@ -1,5 +1,5 @@
 """`--quantization gguf`: the checkpoint's GGUF as the loader's source, its 4-bit weights kept 4-bit
-(chapter 04, "Quantized shards").
+(chapter 16, "4-bit shards").
 
 The GGUF next to a converted checkpoint (the embedded SmolLM2's is Q4_1) is read with the same walk
 as the conversion (minisgl/models/gguf_weights.py), except that the 4-bit linear weights (Q4_0,

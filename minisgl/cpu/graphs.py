@@ -1,4 +1,4 @@
-"""CPU graphs for decode steps (chapter 10, "CPU graphs"): the CUDA-graph idea on a CPU.
+"""CPU graphs for decode steps (chapter 16, "CPU graphs"): the CUDA-graph idea on a CPU.
 
 When every computation of a decode step is one of minisgl's C kernels (an fp32 run with 4-bit
 GGUF weights on one rank), the step can be recorded as its list of C calls and replayed without

@@ -1,7 +1,7 @@
 """minisgl's own CPU kernels, in C: the quantized matrix-vector products of quant_gemv.c and the
 quantized matrix-matrix products of quant_gemm.c (quantized.py), the bf16 matmuls on AMX tiles of
 amx_gemm.c (amx_tiles.py), and the fused elementwise and decode-attention work of fused.c (the CPU
-side of chapter 10's fused kernels) (chapter 04 teaches them).
+side of chapter 10's fused kernels) (chapter 16 teaches them).
 They are compiled on first use by this machine's C compiler for this very CPU (`-march=native`:
 AVX2 where it has it) and called through ctypes.
 

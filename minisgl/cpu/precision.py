@@ -1,5 +1,5 @@
-"""The probe behind `dtype="auto"` and `quantization="auto"` on a CPU (chapter 04, "Quantized
-shards"): CPUs differ too much to guess (an AVX2 laptop computes bf16 slower than fp32, an AMX Xeon many times
+"""The probe behind `dtype="auto"` and `quantization="auto"` on a CPU (chapter 16, "The
+precision probe"): CPUs differ too much to guess (an AVX2 laptop computes bf16 slower than fp32, an AMX Xeon many times
 faster), so a short probe times the matmuls of one decode step at this model's real shapes, as fp32
 and bf16 dense weights, as bf16 weights under fp32 activations, and as the GGUF's quantized weights
 (4-bit linear layers, an 8-bit LM head), at a few batch sizes, and the engine takes the winner.

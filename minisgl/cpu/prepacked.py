@@ -1,4 +1,4 @@
-"""Dense linear weights reordered once, after loading, into oneDNN's blocked layout (chapter 04).
+"""Dense linear weights reordered once, after loading, into oneDNN's blocked layout (chapter 16).
 
 `F.linear` on the CPU hands a [out, in] weight to a BLAS GEMM, which copies it into the panel
 layout its inner kernel reads, on every call. With a few dozen rows (a decode batch) that copy is

@@ -1,5 +1,5 @@
-/* Quantized matrix-matrix products for CPU batches of more than a few rows (chapter 04, "Quantized
- * shards"; the few-row kernels are in quant_gemv.c).
+/* Quantized matrix-matrix products for CPU batches of more than a few rows (chapter 16, "Multiplying
+ * the blocks"; the few-row kernels are in quant_gemv.c).
  *
  * From about 8 rows on, a decode step is bound by arithmetic, not by reading weights: each weight
  * now meets many activations. So these kernels turn a tile of weight rows back into fp32 once

@@ -1,4 +1,4 @@
-/* Quantized matrix-vector products for CPU decode steps (chapter 04, "Quantized shards").
+/* Quantized matrix-vector products for CPU decode steps (chapter 16, "Multiplying the blocks").
  *
  * A decode step of a few rows reads every weight once, so its speed is bytes per weight. These
  * kernels read GGUF's own blocks of 32 weights: Q4_1 (a 4-bit code per weight, one scale d and one

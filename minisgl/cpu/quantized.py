@@ -1,7 +1,7 @@
 """Weight-only quantization on the CPU: a linear weight kept as 4-bit codes with one scale and one
 minimum per group of inputs, and the LM head as 8-bit codes with one scale per group of 32 inputs,
 multiplied by minisgl's own C kernels (quant_gemv.c) where this machine could build them, else by
-PyTorch's int4 / int8 CPU kernels (chapter 04, "Quantized shards").
+PyTorch's int4 / int8 CPU kernels (chapter 16, "4-bit shards").
 
 A weight W [out, in] becomes, for every group g of `group_size` consecutive inputs,
 

@@ -1,4 +1,4 @@
-"""The CPU's kernel table (chapter 04): what the layers compute on a CPU once this plug-in is in.
+"""The CPU's kernel table (chapter 16): what the layers compute on a CPU once this plug-in is in.
 
 Every op of the torch reference (minisgl/layers/kernels.py) is replaced where this CPU has
 something faster computing the same math:

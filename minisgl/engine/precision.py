@@ -1,4 +1,4 @@
-"""The precision settings resolved once, where the engine runs (chapter 04, "Quantized shards"):
+"""The precision settings resolved once, where the engine runs (chapter 16, "The precision probe"):
 `dtype`, `quantization`, `max_quantized_rows`, `matmul_dtype` and `kv_cache_dtype` leave here named,
 with no "auto" left, and a combination that cannot run fails here with one line naming the fix.
 

@@ -1,4 +1,4 @@
-"""A llama.cpp GGUF file read as Hugging Face-named tensors, one at a time (chapter 04).
+"""A llama.cpp GGUF file read as Hugging Face-named tensors, one at a time (chapters 00 and 16).
 
 Converting the embedded model dequantizes every tensor to float32. With `--quantization gguf` the
 CPU plug-in reads the GGUF next to the converted checkpoint through the same walk, keeping its 4-bit

@@ -1,6 +1,6 @@
 """Tiny GGUF checkpoints for the quantization tests: a tiny random Llama whose projection weights are
 block-quantized (Q4_0, Q4_1 or Q8_0, the embedding Q8_0) into `model.gguf`, next to a safetensors
-copy of the very same weights dequantized, as the embedded SmolLM2 is converted (chapter 04).
+copy of the very same weights dequantized, as the embedded SmolLM2 is converted (chapter 16).
 """
 
 from __future__ import annotations
