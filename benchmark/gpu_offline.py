@@ -4,7 +4,7 @@
     python benchmark/gpu_offline.py [--num-requests 256] [--compare-no-overlap]
 
 Runs `LLM(model, device="cuda")` with its defaults (the batch limits sized from the GPU and the KV
-pool, minisgl/engine/limits.py) and with the settings tuned by hand for this workload (every
+pool, minisgl/engine/sizing.py) and with the settings tuned by hand for this workload (every
 request running, an 8,192-token prefill budget, graphs up to 256), side by side. Prints output
 tokens/s and the share of the HBM roofline: the time an ideal engine needs when
 every decode step streams the weights once and each running request's KV once at the copy

@@ -75,9 +75,9 @@ class EngineConfig:
     seed: int = 0
     progress: bool = True  # tqdm bar while loading weights (rank 0 only)
     max_running_requests: int | None = None  # requests decoded together; sizes the device page table too;
-    # None: the engine sizes it with its KV pool (64 on a CPU; minisgl/engine/limits.py)
+    # None: the engine sizes it with its KV pool (64 on a CPU; minisgl/engine/sizing.py)
     max_prefill_tokens: int | None = None  # token budget of one prefill step (the scheduler's); longer prompts
-    # are chunked; None: sized with the KV pool (2,048 on a CPU; minisgl/engine/limits.py)
+    # are chunked; None: sized with the KV pool (2,048 on a CPU; minisgl/engine/sizing.py)
     cuda_graph_max_bs: int | None = None  # largest decode batch replayed as a CUDA graph; 0 disables;
     # None: max_running_requests (capped at 256)
     cpu_graph_max_bs: int | None = None  # largest decode batch replayed as a CPU graph of C calls (cpu_graph.py);
@@ -170,7 +170,7 @@ def _check_sizes(config: SchedulerConfig) -> None:
                 "--nnodes": config.nnodes, "--max-running-requests": config.max_running_requests,
                 "--max-prefill-tokens": config.max_prefill_tokens, "--page-size": config.page_size}
     for flag, value in positive.items():
-        if value is not None and value < 1:  # None: sized by the engine (minisgl/engine/limits.py)
+        if value is not None and value < 1:  # None: sized by the engine (minisgl/engine/sizing.py)
             raise ArgsError(f"{flag} must be at least 1, got {value}")
     for kind, value in (("CUDA", config.cuda_graph_max_bs), ("CPU", config.cpu_graph_max_bs)):
         if value is not None and value < 0:

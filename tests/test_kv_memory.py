@@ -13,7 +13,7 @@ import torch
 
 from minisgl import LLM
 from minisgl.core import SamplingParams
-from minisgl.engine import engine as engine_module
+from minisgl.engine import sizing as sizing_module
 from minisgl.message import GenerateRequest
 
 GREEDY = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
@@ -211,14 +211,14 @@ def test_the_default_cpu_budget_counts_memory_the_kernel_can_reclaim(tmp_path, m
     memory; MemAvailable counts it. Without MemAvailable (or /proc) the free pages are all there is."""
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       24683000 kB\nMemFree:         1153000 kB\nMemAvailable:   23921000 kB\n")
-    assert engine_module.available_host_memory(meminfo) == 23921000 * 1024
-    monkeypatch.setattr(engine_module.os, "sysconf", {"SC_AVPHYS_PAGES": 300, "SC_PAGE_SIZE": 4096}.get)
+    assert sizing_module.available_host_memory(meminfo) == 23921000 * 1024
+    monkeypatch.setattr(sizing_module.os, "sysconf", {"SC_AVPHYS_PAGES": 300, "SC_PAGE_SIZE": 4096}.get)
     (tmp_path / "old").write_text("MemTotal: 24683000 kB\nMemFree: 1153000 kB\n")
-    assert engine_module.available_host_memory(tmp_path / "old") == 300 * 4096
-    assert engine_module.available_host_memory(tmp_path / "missing") == 300 * 4096
+    assert sizing_module.available_host_memory(tmp_path / "old") == 300 * 4096
+    assert sizing_module.available_host_memory(tmp_path / "missing") == 300 * 4096
     monkeypatch.undo()
 
-    monkeypatch.setattr(engine_module, "available_host_memory", lambda: 2 << 30)  # 20 % of it is the budget
+    monkeypatch.setattr(sizing_module, "available_host_memory", lambda: 2 << 30)  # 20 % of it is the budget
     llm = LLM(tiny_model_dir("llama"), dtype="float32", progress=False)
     run = llm.backend
     try:

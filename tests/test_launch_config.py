@@ -1,6 +1,6 @@
 """Launch settings are resolved once (`minisgl.config.resolve_config`), before any process starts,
 for the CLI and `LLM` alike; the launcher never loads the engine; the batch limits left unset are
-sized by the engine from its device and KV pool (`minisgl.engine.limits`); and
+sized by the engine from its device and KV pool (`minisgl.engine.sizing`); and
 `minisgl.distributed.join` is where a rank's groups are made, and where its control bytes are agreed on."""
 
 from __future__ import annotations
@@ -78,11 +78,11 @@ def _agree(rank: int, world_size: int) -> dict:
 
 
 def _precision_of_rank(rank: int, world_size: int, model_dir) -> tuple[str, str]:
-    from minisgl.engine.engine import _same_on_every_rank
+    from minisgl.engine.precision import same_on_every_rank
 
     config = SchedulerConfig(model_path=model_dir, dtype=["float32", "bfloat16"][rank],
                              kv_cache_dtype=["float32", "bfloat16"][rank])
-    agreed = _same_on_every_rank(config, torch.distributed.group.WORLD)
+    agreed = same_on_every_rank(config, torch.distributed.group.WORLD)
     assert dataclasses.replace(agreed, dtype=config.dtype, kv_cache_dtype=config.kv_cache_dtype) == config
     return agreed.dtype, agreed.kv_cache_dtype
 
@@ -95,7 +95,7 @@ def test_every_rank_takes_rank_0s_choice(tiny_model_dir) -> None:
 
 
 def test_batch_limits_follow_the_kv_pool_on_cuda_and_stay_the_measured_defaults_on_a_cpu(tmp_path) -> None:
-    from minisgl.engine.limits import with_batch_limits
+    from minisgl.engine.sizing import with_batch_limits
 
     cuda = SchedulerConfig(model_path=tmp_path, device="cuda")
 

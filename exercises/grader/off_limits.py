@@ -47,7 +47,7 @@ OFF_LIMITS: dict[str, tuple[str, ...]] = {
         f"{PROCESS}:ChildGroup.stop", f"{PROCESS}:wait_for_acks", f"{PROCESS}:stop_processes",
         f"{PROCESS}:first_dead", "minisgl.testing.multiprocess:run_ranks",
     ),
-    "03-communication-init/unique-id": ("minisgl.distributed.control:broadcast_bytes",
+    "03-communication-init/unique-id": ("minisgl.distributed.impl:broadcast_bytes",
                                         "minisgl.distributed.pynccl:PyNCCLCommunicator.__init__"),
     "04-weight-sharding/qkv-gqa": _KV_HEADS + _LOADER,
     "04-weight-sharding/shard-rules": _KV_HEADS + _LOADER + _VOCAB_SHARD,

@@ -1,11 +1,10 @@
 """Who am I among the tensor-parallel ranks, the groups I join, and every collective a rank makes
 (chapter 03).
 
-- `impl.py`: `DistributedInfo`, this process's rank and the group size, and the tensor seam the
-  layers call (`all_reduce`, `all_gather`) with its plugins;
+- `impl.py`: `DistributedInfo`, this process's rank and the group size; the tensor seam the layers
+  call (`all_reduce`, `all_gather`) with its plugins; the control-plane collectives over the gloo
+  CPU group (`min_over_ranks`, `broadcast_count`, `barrier`, `broadcast_bytes`, `broadcast_json`);
 - `groups.py`: `join`, which makes every group a rank needs and picks who runs the collectives;
-- `control.py`: the control-plane collectives over the gloo CPU group (`min_over_ranks`,
-  `broadcast_count`, `barrier`, `broadcast_bytes`, `broadcast_json`);
 - `pynccl.py`, `symm_mem.py`: our ctypes NCCL communicator, and the symmetric-memory all-reduce on
   top of it (chapters 03 and 13); `rendezvous.py`: where the ranks meet (chapter 12);
 - `all_to_all.py`: the all-to-all that sends tokens to their experts' ranks and back (expert
@@ -19,9 +18,8 @@ Outside this folder nothing touches `torch.distributed`'s collectives or groups:
 """
 
 from .all_to_all import all_to_all_counts, all_to_all_rows
-from .control import barrier, broadcast_bytes, broadcast_count, broadcast_json, min_over_ranks
 from .counter import COMM_COUNTER, comm_site
-from .groups import Groups, destroy_distributed, join, resolve_dist_backend
+from .groups import Groups, destroy_distributed, enable_pynccl, join, resolve_dist_backend
 from .impl import (
     DistributedCommunicator,
     DistributedImpl,
@@ -29,10 +27,14 @@ from .impl import (
     TorchDistributedImpl,
     all_gather,
     all_reduce,
+    barrier,
+    broadcast_bytes,
+    broadcast_count,
+    broadcast_json,
     collective_counts,
-    enable_pynccl,
     enable_torch_distributed,
     get_tp_info,
+    min_over_ranks,
     reset_collective_counts,
     set_tp_info,
 )

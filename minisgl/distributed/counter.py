@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -151,8 +152,13 @@ class CommCounter:
     def to_json(self) -> dict:
         return {phase: stats.to_json() for phase, stats in self.phases.items()}
 
-    def write(self, path: Path, **labels: object) -> None:
-        """What was counted, after `labels` that say whose it is, as JSON at `path`; counting stops."""
+    def write(self, stats_dir: str | Path, **labels: Any) -> None:
+        """What was counted, after `labels` that say whose it is, as JSON in `stats_dir`; counting stops.
+        The file is `comm-tp{rank}.json`, `comm-dp{replica}-tp{rank}.json` with data parallelism and
+        `comm-pp{stage}-tp{rank}.json` with pipeline stages."""
+        replica = f"dp{labels['dp_rank']}-" if labels["dp_size"] > 1 else ""
+        stage = f"pp{labels['pp_rank']}-" if labels["pp_size"] > 1 else ""
+        path = Path(stats_dir) / f"comm-{replica}{stage}tp{labels['tp_rank']}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({**labels, "phases": self.to_json()}, indent=1))
         self.reset()

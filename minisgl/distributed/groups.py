@@ -1,11 +1,9 @@
 """Joining the ranks' groups (chapters 03, 12 and 13): `join` makes every group a rank needs, in one
-place, and `destroy_distributed` takes them down.
-
-The ranks meet at a store (`rendezvous.py`) and form a gloo group for the control plane (chapter
-06's broadcast, the KV size they agree on); then `join` registers who runs the tensor collectives
+place, and `destroy_distributed` takes them down. The ranks meet at a store (`rendezvous.py`) and
+form a gloo group for the control plane; then `join` registers who runs the tensor collectives
 behind the seam (`impl.py`): gloo, torch's NCCL, our PyNCCL (`pynccl.py`), or the symmetric-memory
-all-reduce over PyNCCL (`symm_mem.py`). With pipeline stages each stage is a TP group of its own,
-linked point to point to its neighbours (`pipeline.py`).
+all-reduce over PyNCCL (`symm_mem.py`). Each pipeline stage is a TP group of its own, linked point
+to point to its neighbours (`pipeline.py`).
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from .impl import DistributedCommunicator, DistributedInfo, enable_pynccl, enable_torch_distributed, set_tp_info
+from .impl import DistributedCommunicator, DistributedInfo, enable_torch_distributed, set_tp_info
 from .pipeline import disable_pipeline, link_stages
 from .pynccl import PyNCCLCommunicator
 from .rendezvous import rendezvous
@@ -88,9 +86,13 @@ def resolve_dist_backend(name: str, device: torch.device, tp_size: int, local_ra
     return name
 
 
+def enable_pynccl(cpu_group: dist.ProcessGroup, device: torch.device) -> None:
+    """Put PyNCCL on top of the plugin list; rank 0's NCCL unique id travels over `cpu_group`."""
+    DistributedCommunicator.plugins.append(PyNCCLCommunicator(cpu_group, device))
+
+
 def destroy_distributed() -> None:
-    """Drop every plugin and the pipeline links, then the torch.distributed groups (graphs and
-    plugins go first)."""
+    """Drop the pipeline links and every plugin, then the torch.distributed groups."""
     disable_pipeline()
     for plugin in reversed(DistributedCommunicator.plugins):
         if isinstance(plugin, PyNCCLCommunicator):

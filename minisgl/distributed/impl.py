@@ -1,27 +1,22 @@
-"""Who this process is among the tensor-parallel ranks, and the all-reduce / all-gather seam the
-layers call (chapters 02 and 03): all a layer asks of `minisgl.distributed`.
-
-`DistributedInfo` is set once per process, before any layer is built, because every TP layer reads
-it in its constructor to decide how large its local shard is (chapter 02).
-
-`DistributedCommunicator.plugins` is a list whose last entry wins, as in mini-SGLang: joining the
-group (`groups.join`) appends `TorchDistributedImpl` (gloo or NCCL under torch.distributed) and, on
-GPUs, may append PyNCCL on top. Layers never learn which one runs (chapter 03). Every call is also
-counted, so chapter 07 can show the 2 * layers + 1 all-reduces and 1 all-gather of one forward; with
-the communication counter on (`counter.py`), their bytes and times too.
+"""Who this process is among the tensor-parallel ranks, and every collective a rank makes (chapters
+02, 03 and 06). `DistributedInfo` is set before any layer is built: every TP layer reads it to size
+its shard. The layers call `all_reduce` / `all_gather`, which run on the last of
+`DistributedCommunicator.plugins` (as in mini-SGLang; `groups.join` registers them) and are counted
+(chapter 07). The control plane, never counted: the few integers and bytes the ranks agree on over
+the gloo CPU group (the KV size, rank 0's message count, the NCCL unique id, the precision).
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 
 from .counter import COMM_COUNTER
-from .pynccl import PyNCCLCommunicator
 
 
 @dataclass(frozen=True)
@@ -59,13 +54,9 @@ def get_tp_info() -> DistributedInfo:
 class DistributedImpl(Protocol):
     """One way of running collectives over the TP group (PyNCCL's communicator is one as it is)."""
 
-    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        """Sum `x` over all ranks; every rank gets the sum (may reuse `x`'s storage)."""
-        ...
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor: ...  # the sum over the ranks, on every rank (may reuse x)
 
-    def all_gather(self, x: torch.Tensor) -> torch.Tensor:
-        """Concatenate every rank's `x` along dim 0 in rank order: [n, ...] -> [size * n, ...]."""
-        ...
+    def all_gather(self, x: torch.Tensor) -> torch.Tensor: ...  # [n, ...] -> [size * n, ...], ranks in order
 
 
 class TorchDistributedImpl:
@@ -79,9 +70,8 @@ class TorchDistributedImpl:
         return x
 
     def all_gather(self, x: torch.Tensor) -> torch.Tensor:
-        size = dist.get_world_size(self.group)
         # The list form works on every backend; gloo has no all_gather_into_tensor.
-        parts = [torch.empty_like(x) for _ in range(size)]
+        parts = [torch.empty_like(x) for _ in range(dist.get_world_size(self.group))]
         dist.all_gather(parts, x.contiguous(), group=self.group)
         return torch.cat(parts, dim=0)
 
@@ -99,15 +89,12 @@ class DistributedCommunicator:
         return self._run("all_gather", x)
 
     def _run(self, op: str, x: torch.Tensor) -> torch.Tensor:
-        """Collective `op` of `x` over the TP group, counted, by the last plugin."""
         self.counts[op] += 1
         if get_tp_info().size == 1:
             return x
         if not self.plugins:
-            raise RuntimeError(
-                f"minisgl.distributed.{op} at tp size {get_tp_info().size} needs a process group, and this process "
-                "has joined none: run it on real ranks (set_tp_info alone does not connect them)"
-            )
+            raise RuntimeError(f"minisgl.distributed.{op} at tp size {get_tp_info().size} needs a process group, and "
+                               "this process has joined none: run it on real ranks (set_tp_info does not connect them)")
         # NCCL and PyNCCL refuse a strided tensor that gloo accepts: one rule for every backend.
         x, collective = x.contiguous(), getattr(self.plugins[-1], op)
         return COMM_COUNTER.run(op, x, collective) if COMM_COUNTER.enabled else collective(x)
@@ -131,11 +118,6 @@ def enable_torch_distributed(group: dist.ProcessGroup | None = None) -> None:
     DistributedCommunicator.plugins.append(TorchDistributedImpl(group))
 
 
-def enable_pynccl(cpu_group: dist.ProcessGroup, device: torch.device) -> None:
-    """Put PyNCCL on top of the plugin list; rank 0's NCCL unique id travels over `cpu_group`."""
-    DistributedCommunicator.plugins.append(PyNCCLCommunicator(cpu_group, device))
-
-
 def collective_counts() -> dict[str, int]:
     """How many all-reduces and all-gathers passed through the seam since the last reset."""
     return {"all_reduce": _COMM.counts["all_reduce"], "all_gather": _COMM.counts["all_gather"]}
@@ -143,3 +125,36 @@ def collective_counts() -> dict[str, int]:
 
 def reset_collective_counts() -> None:
     _COMM.counts.clear()
+
+
+def min_over_ranks(value: int, group: dist.ProcessGroup) -> int:
+    """The smallest `value` any rank of `group` passed, on every rank (the KV pages all can afford)."""
+    tensor = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=group)
+    return int(tensor.item())
+
+
+def broadcast_count(count: int, group: dist.ProcessGroup) -> int:
+    """Rank 0 of `group` sends `count`; every rank returns what rank 0 sent (chapter 06)."""
+    tensor = torch.tensor([count], dtype=torch.int64)
+    dist.broadcast(tensor, group=group, group_src=0)
+    return int(tensor.item())
+
+
+def broadcast_bytes(data: bytes, group: dist.ProcessGroup) -> bytes:
+    """Rank 0's `data` (e.g. the NCCL unique id) on every rank of `group`, which pass buffers of its length."""
+    tensor = torch.tensor(bytearray(data), dtype=torch.uint8)  # [len(data)]: a collective moves tensors
+    dist.broadcast(tensor, group=group, group_src=0)
+    return bytes(tensor.tolist())
+
+
+def broadcast_json(value: Any, group: dist.ProcessGroup) -> Any:
+    """Rank 0's `value` (anything JSON holds) on every rank of `group`: its length first, then its bytes."""
+    data = json.dumps(value).encode()
+    length = broadcast_count(len(data), group)
+    return json.loads(broadcast_bytes(data.ljust(length)[:length], group))
+
+
+def barrier(group: dist.ProcessGroup) -> None:
+    """Return once every rank of `group` has called it."""
+    dist.barrier(group=group)

@@ -22,7 +22,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from .control import broadcast_bytes
+from .impl import broadcast_bytes
 
 NCCL_SUCCESS = 0
 NCCL_SUM = 0

@@ -6,7 +6,7 @@ On CUDA "auto" is bf16. On a CPU it is measured: the CPU plug-in's probe times t
 matmuls in every form this CPU has and picks the fastest (minisgl/cpu/precision.py, cached on disk).
 Every rank must run the same choice, and does by construction: only world rank 0 calls
 `resolve_precision`, and the engine hands its result to every rank over the gloo CPU group
-(`_same_on_every_rank` in engine.py): no rank probes on its own. Across machines (--nnodes > 1)
+(`same_on_every_rank`): no rank probes on its own. Across machines (--nnodes > 1)
 "auto" is fp32 without a probe: node 0's CPU says nothing about the others'.
 """
 
@@ -16,10 +16,14 @@ import dataclasses
 import logging
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
+
 from minisgl.config import EngineConfig
 from minisgl.cpu.kernels import cpu_kernels
 from minisgl.cpu.precision import BF16_MATMULS, cached_probe, choose_precision, describe
 from minisgl.cpu.prepacked import bf16_prepacking_available
+from minisgl.distributed import broadcast_json
 from minisgl.models.config import ModelConfig
 from minisgl.models.gguf_weights import find_model_gguf
 
@@ -31,6 +35,23 @@ def resolve_precision(config: EngineConfig) -> EngineConfig:
     ("auto" measured on a CPU)."""
     check_precision(config)
     return _resolve(config)
+
+
+def same_on_every_rank(config: EngineConfig, world: dist.ProcessGroup | None) -> EngineConfig:
+    """`config` with world rank 0's precision: ranks that chose apart could not add their partial sums."""
+    if world is None:
+        return config
+    names = ("dtype", "matmul_dtype", "kv_cache_dtype", "quantization", "max_quantized_rows")
+    return dataclasses.replace(config, **broadcast_json({n: getattr(config, n) for n in names}, world))
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a resolved dtype name."""
+    dtypes = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+              "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+    if name not in dtypes:
+        raise ValueError(f"unknown dtype {name!r}; use auto, float32, bfloat16 or float16")
+    return dtypes[name]
 
 
 def check_precision(config: EngineConfig) -> None:

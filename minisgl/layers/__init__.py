@@ -5,7 +5,7 @@ replaces their TP steps from outside (minisgl/models/tp_ops.py)."""
 
 from .activation import silu_and_mul
 from .attention import AttentionLayer
-from .base import BaseOP, MissingLayer, OPList
+from .base import BaseOP, OPList
 from .embedding import ParallelLMHead, VocabParallelEmbedding, vocab_shard_size
 from .kernels import TorchKernels, install_kernels, kernels_for
 from .linear import (
@@ -31,7 +31,6 @@ __all__ = [
     "DispatchPlan",
     "LinearBase",
     "MergedColumnParallelLinear",
-    "MissingLayer",
     "OPList",
     "ParallelLMHead",
     "QKVParallelLinear",

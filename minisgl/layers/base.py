@@ -1,9 +1,8 @@
-"""`BaseOP`: a layer is plain tensors plus child layers; its state dict is read off its attributes.
-
-No nn.Module machinery: inference needs no autograd, hooks or buffers. Public tensor attributes
-are weights, public `BaseOP` / `OPList` attributes are children, and names starting with `_` are
-private (caches, tied references). The dotted names match Hugging Face checkpoints after the
-loader's q/k/v and gate/up merges (chapter 04).
+"""`BaseOP`: a layer is plain tensors plus child layers; its state dict is read off its attributes
+(chapter 04). No nn.Module machinery: inference needs no autograd, hooks or buffers. Public tensor
+attributes are weights, public `BaseOP` / `OPList` attributes are children, and names starting with
+`_` are private (caches, tied references). The dotted names match Hugging Face checkpoints after
+the loader's q/k/v and gate/up merges.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from collections.abc import Iterator, Sequence
 from typing import Generic, TypeVar
 
 import torch
-
 
 
 def is_weight(value: object) -> bool:
@@ -55,16 +53,9 @@ class BaseOP:
         if not is_weight(current) or attr.startswith("_"):
             raise KeyError(f"unexpected weight {dotted_name!r}")
         if current.shape != tensor.shape:
-            raise ValueError(
-                f"weight {dotted_name!r} has shape {tuple(tensor.shape)}, "
-                f"this rank expects {tuple(current.shape)}"
-            )
+            raise ValueError(f"weight {dotted_name!r} has shape {tuple(tensor.shape)}, "
+                             f"this rank expects {tuple(current.shape)}")
         setattr(owner, attr, tensor)
-
-
-class MissingLayer(BaseOP):
-    """A slot for a layer that another pipeline stage holds (chapter 13): no weights, never run. It
-    keeps the global layer indices in the state-dict names (`layers.7.…` stays `layers.7.…`)."""
 
 
 OP = TypeVar("OP", bound=BaseOP)

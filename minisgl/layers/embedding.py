@@ -1,9 +1,7 @@
-"""Vocabulary-parallel embedding and LM head (chapter 05).
-
-The vocabulary V is cut into tp contiguous shards of `shard_size = ceil(V / tp)` rows; the last
-shard is padded with zero rows when V % tp != 0. The embedding looks up only ids in its shard,
-writes zeros elsewhere, and an all-reduce assembles full vectors. The LM head computes logits for
-its shard, all-gathers them, and trims the padding.
+"""Vocabulary-parallel embedding and LM head (chapter 05). The vocabulary V is cut into tp contiguous
+shards of `shard_size = ceil(V / tp)` rows; the last is padded with zero rows when V % tp != 0. The
+embedding looks up only ids in its shard, writes zeros elsewhere, and an all-reduce assembles full
+vectors. The LM head computes logits for its shard, all-gathers them, and trims the padding.
 """
 
 from __future__ import annotations
@@ -44,10 +42,8 @@ class VocabParallelEmbedding(BaseOP):
 
 
 class ParallelLMHead(BaseOP):
-    """Logits over the full vocabulary from a vocab-sharded weight.
-
-    With tied embeddings the head reuses the embedding's shard (same rows, same padding).
-    """
+    """Logits over the full vocabulary from a vocab-sharded weight; with tied embeddings, the
+    embedding's shard (same rows, same padding)."""
 
     def __init__(
         self, vocab_size: int, hidden_size: int, tied_embedding: VocabParallelEmbedding | None = None

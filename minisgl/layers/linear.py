@@ -36,11 +36,8 @@ def local_kv_heads(num_kv_heads: int, tp_size: int) -> int:
 
 
 def kv_head_offset(rank: int, num_kv_heads: int, tp_size: int) -> int:
-    """Index of the first global KV head rank `rank` holds.
-
-    With fewer KV heads than ranks, tp / num_kv_heads consecutive ranks share (replicate) one KV
-    head, the one their query heads attend with: e.g. 2 KV heads at tp = 4 -> ranks 0,1 hold head 0.
-    """
+    """Index of the first global KV head rank `rank` holds. With fewer KV heads than ranks, tp / num_kv_heads
+    consecutive ranks replicate the head their queries attend with (2 KV heads at tp = 4: ranks 0, 1 hold 0)."""
     if num_kv_heads >= tp_size:
         return rank * (num_kv_heads // tp_size)
     return rank * num_kv_heads // tp_size
@@ -72,11 +69,9 @@ class ColumnParallelLinear(LinearBase):
 
 
 class MergedColumnParallelLinear(LinearBase):
-    """Several column-parallel projections sharing one input, fused into one matmul.
-
+    """Several column-parallel projections sharing one input, fused into one matmul:
     gate_proj and up_proj ([intermediate, hidden] each) become gate_up_proj; each rank's weight is
-    [gate shard; up shard] = [2 * intermediate / tp, hidden], so the output splits back in two.
-    """
+    [gate shard; up shard] = [2 * intermediate / tp, hidden], so the output splits back in two."""
 
     def __init__(self, input_size: int, output_sizes: list[int], has_bias: bool = False) -> None:
         tp = get_tp_info()
@@ -85,15 +80,12 @@ class MergedColumnParallelLinear(LinearBase):
 
 
 class QKVParallelLinear(LinearBase):
-    """q_proj, k_proj and v_proj fused, split by attention head.
+    """q_proj, k_proj and v_proj fused, split by attention head: rank r holds num_heads / tp query
+    heads and `local_kv_heads` key/value heads, so its weight is
+    [(local_q_heads + 2 * local_kv_heads) * head_dim, hidden] and its output splits into q, k, v."""
 
-    Rank r holds num_heads / tp query heads and `local_kv_heads` key/value heads, so its weight is
-    [(local_q_heads + 2 * local_kv_heads) * head_dim, hidden] and its output splits into q, k, v.
-    """
-
-    def __init__(
-        self, hidden_size: int, head_dim: int, num_heads: int, num_kv_heads: int, has_bias: bool = False
-    ) -> None:
+    def __init__(self, hidden_size: int, head_dim: int, num_heads: int, num_kv_heads: int,
+                 has_bias: bool = False) -> None:
         tp = get_tp_info()
         self.head_dim = head_dim
         self.local_q_heads = divide(num_heads, tp.size, "num_attention_heads")
@@ -105,9 +97,7 @@ class QKVParallelLinear(LinearBase):
 
 class RowParallelLinear(LinearBase):
     """Splits the input dim: [tokens, in / tp] -> partial [tokens, out] -> all-reduce -> [tokens, out].
-
-    The bias is added once, after the all-reduce, so the sum does not count it tp times.
-    """
+    The bias is added once, after the all-reduce, so the sum does not count it tp times."""
 
     def __init__(self, input_size: int, output_size: int, has_bias: bool = False) -> None:
         tp = get_tp_info()

@@ -1,16 +1,10 @@
-"""ZMQ sockets, wrapped once: queues that encode and decode messages themselves (chapters 02, 06).
-
-No other file creates a ZMQ socket. One rule decides who binds: the one reader of a queue binds
-its address, every writer connects to it (PULL and SUB read; PUSH and PUB write). Sends never
-block: a PUSH queue has no high-water mark, because the senders bound their own backlog (the API
-caps the requests in flight). Closing drops unsent messages unless the caller asks to wait
-(`close(linger_ms=...)`), so a dead peer never blocks an exit; a child process calls
-`send_what_is_left` as it ends, so that such a wait happens at all.
-
-- `PushQueue` / `PullQueue`: many writers, one reader (requests to rank 0, outputs to the
-  detokenizer, ...); `AsyncPullQueue` is the API's reader inside its event loop;
-- `PubQueue` / `SubQueue`: rank 0 publishes each step's messages to the other ranks (chapter 06).
-  Rank 0 forwards the bytes it pulled as they are (`put_raw`), without decoding and re-encoding.
+"""ZMQ sockets, wrapped once (chapters 02 and 06): queues that encode and decode messages themselves;
+no other file makes a ZMQ socket. The one reader of a queue binds its address and every writer
+connects (PULL and SUB read; PUSH and PUB write): `PushQueue` / `PullQueue` (`AsyncPullQueue` in the
+API's event loop) carry requests to rank 0 and outputs to the detokenizer, `PubQueue` / `SubQueue`
+rank 0's broadcast, whose bytes rank 0 forwards as it pulled them (`put_raw`). Sends never block (the
+senders bound their own backlog); closing drops unsent messages unless the caller waits
+(`close(linger_ms=...)`), so a dead peer never blocks an exit.
 """
 
 from __future__ import annotations
@@ -24,9 +18,8 @@ from .messages import decode_message, encode_message
 
 
 def send_what_is_left() -> None:
-    """Close this process's sockets and wait, at most each one's linger, until what they still hold
-    has left. An interpreter's exit does this; a child forked from the fork server ends with
-    `os._exit` instead, which would drop, say, the ShutdownRequest the DP controller forwards last."""
+    """Close this process's sockets and wait, at most each one's linger, until what they hold has left:
+    a child forked from the fork server ends with `os._exit`, which would drop, say, a last ShutdownRequest."""
     zmq.Context.instance().destroy()  # (linger: each socket's own; ours are 0 unless closed with more)
 
 
@@ -76,14 +69,10 @@ class PullQueue(_Queue):
 
     def get_all_raw(self, wait_ms: int) -> list[bytes]:
         """Like `get_all`, but the encoded bytes, for a reader that forwards them (rank 0)."""
-        if wait_ms > 0:
-            self.socket.poll(wait_ms)
         payloads = []
-        while True:
-            try:
-                payloads.append(self.socket.recv(zmq.NOBLOCK))
-            except zmq.Again:
-                return payloads
+        while self.socket.poll(0 if payloads else wait_ms):  # wait for the first only
+            payloads.append(self.socket.recv())
+        return payloads
 
 
 class AsyncPullQueue:
@@ -102,10 +91,9 @@ class AsyncPullQueue:
 
 
 class PubQueue(_Queue):
-    """Rank 0's end of the broadcast: every payload reaches every subscriber (binds `addr`).
-
-    An XPUB socket, which also reports each subscription: PUB drops what it sends before a
-    subscriber has joined, so rank 0 first waits until all of them have (`wait_for_subscribers`)."""
+    """Rank 0's end of the broadcast: every payload reaches every subscriber (binds `addr`). An XPUB
+    socket, which reports each subscription: PUB drops what it sends before a subscriber has joined,
+    so rank 0 first waits until all of them have (`wait_for_subscribers`)."""
 
     def __init__(self, addr: str) -> None:
         super().__init__(zmq.XPUB, addr, bind=True)

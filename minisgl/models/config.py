@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 MOE_PARALLEL = ("tp", "ep")  # split each expert's intermediate dim, or place whole experts per rank
 
 
@@ -50,66 +49,50 @@ class ModelConfig:
     def from_dir(cls, model_dir: str | Path) -> ModelConfig:
         model_dir = Path(model_dir)
         if not model_dir.is_dir():
-            raise ModelError(
-                f"model directory '{model_dir}' does not exist; pass a Hugging Face checkpoint "
-                "directory, or leave the model unset to use the embedded SmolLM2"
-            )
-        config_path = model_dir / "config.json"
-        if not config_path.is_file():
+            raise ModelError(f"model directory '{model_dir}' does not exist; pass a Hugging Face checkpoint "
+                             "directory, or leave the model unset to use the embedded SmolLM2")
+        if not (model_dir / "config.json").is_file():
             raise ModelError(f"'{model_dir}' has no config.json; it is not a Hugging Face checkpoint directory")
-        raw = json.loads(config_path.read_text())
-        generation_path = model_dir / "generation_config.json"
-        generation = json.loads(generation_path.read_text()) if generation_path.is_file() else {}
-        return cls.from_dict(raw, generation)
+        generation = model_dir / "generation_config.json"
+        return cls.from_dict(json.loads((model_dir / "config.json").read_text()),
+                             json.loads(generation.read_text()) if generation.is_file() else {})
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], generation: dict[str, Any] | None = None) -> ModelConfig:
         from .registry import check_architecture
 
         architecture = check_architecture(raw)
-        num_heads = raw["num_attention_heads"]
+        num_heads, hidden_size = raw["num_attention_heads"], raw["hidden_size"]
         rope = raw.get("rope_parameters") or {}
         rope_scaling = raw.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
-        is_qwen2 = architecture == "Qwen2ForCausalLM"
-        is_moe = architecture == "Qwen3MoeForCausalLM"
+        moe = raw if architecture == "Qwen3MoeForCausalLM" else {}  # other models' expert fields stay 0
         return cls(
-            architecture=architecture,
-            hidden_size=raw["hidden_size"],
-            num_layers=raw["num_hidden_layers"],
-            num_heads=num_heads,
-            num_kv_heads=raw.get("num_key_value_heads") or num_heads,
-            head_dim=raw.get("head_dim") or raw["hidden_size"] // num_heads,
-            intermediate_size=raw["intermediate_size"],
-            vocab_size=raw["vocab_size"],
-            rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
-            rope_theta=raw.get("rope_theta") or rope.get("rope_theta", 10000.0),
+            architecture=architecture, hidden_size=hidden_size, num_layers=raw["num_hidden_layers"],
+            num_heads=num_heads, num_kv_heads=raw.get("num_key_value_heads") or num_heads,
+            head_dim=raw.get("head_dim") or hidden_size // num_heads, intermediate_size=raw["intermediate_size"],
+            vocab_size=raw["vocab_size"], rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
+            rope_theta=raw.get("rope_theta") or rope.get("rope_theta", 10000.0), rope_scaling=rope_scaling,
             max_position_embeddings=raw.get("max_position_embeddings", 2048),
             tie_word_embeddings=raw.get("tie_word_embeddings", False),
-            qkv_bias=is_qwen2 or raw.get("attention_bias", False),
+            qkv_bias=architecture == "Qwen2ForCausalLM" or raw.get("attention_bias", False),
             o_bias=raw.get("attention_bias", False),
             qk_norm=architecture in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM"),
-            rope_scaling=rope_scaling,
             eos_token_ids=_eos_ids(raw, generation or {}),
             # transformers 5 writes num_local_experts, Qwen's own checkpoints num_experts
-            num_experts=(raw.get("num_experts") or raw.get("num_local_experts") or 0) if is_moe else 0,
-            num_experts_per_tok=raw.get("num_experts_per_tok", 0) if is_moe else 0,
-            moe_intermediate_size=raw.get("moe_intermediate_size", 0) if is_moe else 0,
-            norm_topk_prob=raw.get("norm_topk_prob", False),
-            decoder_sparse_step=raw.get("decoder_sparse_step") or 1,
+            num_experts=moe.get("num_experts") or moe.get("num_local_experts") or 0,
+            num_experts_per_tok=moe.get("num_experts_per_tok", 0),
+            moe_intermediate_size=moe.get("moe_intermediate_size", 0),
+            norm_topk_prob=raw.get("norm_topk_prob", False), decoder_sparse_step=raw.get("decoder_sparse_step") or 1,
             mlp_only_layers=tuple(raw.get("mlp_only_layers") or ()),
         )
 
     def is_moe_layer(self, layer_id: int) -> bool:
         """Whether layer `layer_id` routes to experts (Qwen3-MoE's rule), else it has the dense MLP."""
-        return (
-            self.num_experts > 0
-            and layer_id not in self.mlp_only_layers
-            and (layer_id + 1) % self.decoder_sparse_step == 0
-        )
+        sparse = layer_id not in self.mlp_only_layers and (layer_id + 1) % self.decoder_sparse_step == 0
+        return self.num_experts > 0 and sparse
 
     def with_moe_parallel(self, mode: str) -> ModelConfig:
-        """This config with its experts split by `mode`: "tp" (each expert's intermediate dim) or
-        "ep" (whole experts per rank); "ep" needs a mixture-of-experts model."""
+        """This config with its experts split by `mode`: "tp" (each one's intermediate dim) or "ep" (whole ones)."""
         if mode not in MOE_PARALLEL:
             raise ModelError(f"moe_parallel={mode!r} is not a way to split experts; choose {' or '.join(MOE_PARALLEL)}")
         if mode == "ep" and self.num_experts == 0:
@@ -129,32 +112,23 @@ class ModelConfig:
         return dims
 
     def valid_tp_sizes(self) -> list[int]:
-        """Sizes that split the query heads, the MLP and the experts evenly, and whose KV heads split
-        or replicate."""
-        return [
-            tp
-            for tp in range(1, self.num_heads + 1)
-            if all(size % tp == 0 for size in self.split_dims().values())
-            and (self.num_kv_heads % tp == 0 or tp % self.num_kv_heads == 0)
-        ]
+        """Sizes that split the query heads, MLP and experts evenly, and whose KV heads split or replicate."""
+        return [tp for tp in range(1, self.num_heads + 1) if all(size % tp == 0 for size in self.split_dims().values())
+                and (self.num_kv_heads % tp == 0 or tp % self.num_kv_heads == 0)]
 
     def check_tp_size(self, tp_size: int) -> None:
-        valid = self.valid_tp_sizes()
-        if tp_size in valid:
+        """Raise the one-line error naming what `tp_size` does not split, and the valid sizes."""
+        if tp_size in (valid := self.valid_tp_sizes()):
             return
         undivided = [f"{name}={size}" for name, size in self.split_dims().items() if size % tp_size != 0]
-        if undivided:
-            reason = f"does not divide {undivided[0]}"
-        else:
-            reason = f"neither divides nor is a multiple of num_key_value_heads={self.num_kv_heads}"
+        reason = (f"does not divide {undivided[0]}" if undivided
+                  else f"neither divides nor is a multiple of num_key_value_heads={self.num_kv_heads}")
         split = f" (moe_parallel={self.moe_parallel})" if self.num_experts > 0 else ""
         raise ModelError(f"tp_size={tp_size} {reason}{split}; valid tp sizes: {', '.join(map(str, valid))}")
 
 
 def _eos_ids(raw: dict[str, Any], generation: dict[str, Any]) -> tuple[int, ...]:
-    ids: list[int] = []
-    for source in (generation.get("eos_token_id"), raw.get("eos_token_id")):
-        for token in source if isinstance(source, list) else [source]:
-            if token is not None and token not in ids:
-                ids.append(token)
-    return tuple(ids)
+    """generation_config.json's end-of-sequence ids, then config.json's, each once."""
+    sources = [generation.get("eos_token_id"), raw.get("eos_token_id")]
+    ids = [token for source in sources for token in (source if isinstance(source, list) else [source])]
+    return tuple(dict.fromkeys(token for token in ids if token is not None))

@@ -1,12 +1,8 @@
-"""The Llama-family decoder (Llama, Qwen2, Qwen3, Mistral share it; config flags pick qkv bias and
-q/k norm). Tensor parallelism lives entirely in the layers: this file reads like a plain
-transformer, and each decoder layer holds exactly two all-reduces (o_proj, down_proj) (chapter 07).
-Qwen3-MoE is Qwen3 whose layers may swap the dense MLP for a mixture of experts (the config says
-which; minisgl/layers/moe.py, chapter 14).
-
-With pipeline parallelism (chapter 13) the model is one stage: it builds only its own layers (the
-others are `MissingLayer`s), the embedding on the first stage, the norm and LM head on the last;
-`forward` then takes and returns the hidden states and residual that travel between stages.
+"""The Llama-family decoder (chapter 07): Llama, Qwen2, Qwen3 and Mistral share it (config flags pick
+qkv bias and q/k norm), and Qwen3-MoE swaps some layers' MLP for experts (chapter 14). Tensor
+parallelism lives in the layers: this file reads like a plain transformer, with two all-reduces per
+decoder layer (o_proj, down_proj). A pipeline stage (chapter 13) builds only its own layers (the
+others are `MissingLayer`s), and `forward` takes and returns the activations between stages.
 """
 
 from __future__ import annotations
@@ -15,12 +11,12 @@ import torch
 
 from minisgl.core import Batch
 from minisgl.distributed import comm_site
-from minisgl.layers import (AttentionLayer, BaseOP, MergedColumnParallelLinear, MissingLayer, OPList, ParallelLMHead,
+from minisgl.layers import (AttentionLayer, BaseOP, MergedColumnParallelLinear, OPList, ParallelLMHead,
                             QKVParallelLinear, RMSNorm, RotaryEmbedding, RowParallelLinear, SparseMoeBlock,
                             VocabParallelEmbedding, silu_and_mul)
 
 from .config import ModelConfig
-from .stage import PipelineStage, whole_model
+from .stage import MissingLayer, PipelineStage, whole_model
 
 StageTensors = tuple[torch.Tensor, torch.Tensor]  # (hidden states, residual), each [tokens, hidden]
 
@@ -35,9 +31,8 @@ class LlamaAttention(BaseOP):
         if config.qk_norm:
             self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
-        self.attn = AttentionLayer(kv_layer, self.qkv_proj.local_q_heads, self.qkv_proj.local_kv_heads,
-                                   config.head_dim, rotary, getattr(self, "q_norm", None),
-                                   getattr(self, "k_norm", None))
+        self.attn = AttentionLayer(kv_layer, self.qkv_proj.local_q_heads, self.qkv_proj.local_kv_heads, config.head_dim,
+                                   rotary, getattr(self, "q_norm", None), getattr(self, "k_norm", None))
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
         qkv = self.qkv_proj.forward(hidden_states)  # [tokens, (local_q + 2 * local_kv) * head_dim]
@@ -61,25 +56,21 @@ def make_mlp(config: ModelConfig, layer_id: int) -> LlamaMLP | SparseMoeBlock:
     """The dense MLP, or for the layers a mixture-of-experts config routes, the experts."""
     if not config.is_moe_layer(layer_id):
         return LlamaMLP(config)
-    return SparseMoeBlock(
-        config.hidden_size, config.num_experts, config.num_experts_per_tok, config.moe_intermediate_size,
-        config.norm_topk_prob, config.moe_parallel,
-    )
+    return SparseMoeBlock(config.hidden_size, config.num_experts, config.num_experts_per_tok,
+                          config.moe_intermediate_size, config.norm_topk_prob, config.moe_parallel)
 
 
 class LlamaDecoderLayer(BaseOP):
     def __init__(self, config: ModelConfig, layer_id: int, kv_layer: int, rotary: RotaryEmbedding) -> None:
-        """`layer_id`: the layer's index in the model (the config says by it whether its MLP is a
-        mixture of experts); `kv_layer`: its index in this rank's KV pool (the same without pipeline
-        parallelism)."""
+        """`layer_id`: the layer's index in the model (which says whether its MLP is a mixture of experts);
+        `kv_layer`: its index in this rank's KV pool (the same without pipeline parallelism)."""
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.self_attn = LlamaAttention(config, kv_layer, rotary)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = make_mlp(config, layer_id)
 
-    def forward(
-        self, positions: torch.Tensor, hidden_states: torch.Tensor, residual: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor,
+                residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden_states [tokens, hidden] and the residual stream so far (None before the first layer)
         -> this layer's output and the residual stream, which the next layer's norm adds."""
         hidden_states, residual = self.input_layernorm.forward_with_residual(hidden_states, residual)
@@ -133,9 +124,7 @@ class LlamaForCausalLM(BaseOP):
         if not self._stage.is_last:
             return hidden_states, residual
         hidden_states, _ = self.model.norm.forward_with_residual(hidden_states, residual)
-        # Only each request's last new token is sampled: a 512-token prefill needs 1 row of logits. A
-        # decode step's rows are already one per request.
-        if batch.phase != "decode":
+        if batch.phase != "decode":  # only each request's last new token is sampled (decode rows already are)
             hidden_states = hidden_states[batch.last_indices]  # [num_reqs, hidden]
         comm_site("lm_head")
         return self.lm_head.forward(hidden_states)  # [num_reqs, vocab]

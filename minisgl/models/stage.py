@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from minisgl.layers import BaseOP
+
 _LAYER_NAME = re.compile(r"^model\.layers\.(\d+)\.")
 
 
@@ -73,6 +75,11 @@ class PipelineStage:
         if name.startswith(("model.norm.", "lm_head.")):
             return self.is_last
         return True  # anything else (e.g. rotary buffers the loader skips anyway)
+
+
+class MissingLayer(BaseOP):
+    """A slot for a layer that another stage holds: no weights, never run. It keeps the global layer
+    indices in the state-dict names (`layers.7.…` stays `layers.7.…`)."""
 
 
 def whole_model(num_layers: int, tie_word_embeddings: bool = False) -> PipelineStage:

@@ -1,11 +1,9 @@
-"""The engine's tensor-parallel steps as one replaceable set (chapter 15, the capstone).
-
-Every TP layer's forward comes down to one of four operations on this rank's shard (column linear,
-row linear with its all-reduce, vocab-parallel embedding, vocab-parallel LM head), and loading to a
-fifth (shard every checkpoint tensor, then merge q/k/v and gate/up). `EngineConfig.tp_ops` may give
-an engine another implementation of all five: the capstone plugs in a learner's own functions this
-way. The engine hands `shard_and_merge` to the loader and, once the model is built, calls `plug_in`,
-which points the model's TP layers at the other four; the layers' own code never asks whether it did.
+"""The engine's tensor-parallel steps as one replaceable set (chapter 15, the capstone). Every TP
+layer's forward is one of four operations on this rank's shard (column linear, row linear with its
+all-reduce, vocab-parallel embedding and LM head), and loading a fifth (shard, then merge).
+`EngineConfig.tp_ops` may give an engine another implementation of all five, as the capstone does
+with a learner's: the engine hands `shard_and_merge` to the loader and, once the model is built,
+`plug_in` points the model's TP layers at the other four; the layers never ask whether it did.
 """
 
 from __future__ import annotations

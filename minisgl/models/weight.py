@@ -1,11 +1,8 @@
-"""Streaming weight loading: shard each checkpoint tensor for this rank first, then merge
-q/k/v -> qkv_proj and gate/up -> gate_up_proj (chapter 04).
-
-Only one full tensor is in host memory at a time (the one just read), plus the shards waiting in
-the merge buffer for their partners; the whole checkpoint never is. The stream comes from a
-checkpoint source (checkpoint.py; the CPU plug-in's GGUF, minisgl/cpu/gguf.py), and the rules below
-never ask what a tensor is: they call `narrow`, `clone`, `to` and `torch.cat`, which a weight in
-another form (the GGUF's 4-bit codes with their scales) provides too.
+"""Streaming weight loading (chapter 04): shard each checkpoint tensor for this rank first, then merge
+q/k/v -> qkv_proj and gate/up -> gate_up_proj. Only one full tensor is in host memory at a time,
+plus the shards waiting in the merge buffer for their partners. The rules never ask what a tensor
+is: they call `narrow`, `clone`, `to` and `torch.cat`, which the CPU plug-in's 4-bit GGUF weights
+provide too (minisgl/cpu/gguf.py).
 """
 
 from __future__ import annotations
@@ -29,13 +26,8 @@ ROW_PARALLEL = ("o_proj", "down_proj")  # split dim 1 (inputs); their biases sta
 VOCAB_PARALLEL = ("embed_tokens", "lm_head")  # split dim 0 (vocab rows), padded to tp * shard_size
 
 # checkpoint projection -> (fused projection, position inside it)
-MERGE_SLOTS: dict[str, tuple[str, int]] = {
-    "q_proj": ("qkv_proj", 0),
-    "k_proj": ("qkv_proj", 1),
-    "v_proj": ("qkv_proj", 2),
-    "gate_proj": ("gate_up_proj", 0),
-    "up_proj": ("gate_up_proj", 1),
-}
+MERGE_SLOTS = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
+               "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
 MERGE_SIZES = {"qkv_proj": 3, "gate_up_proj": 2}
 
 
@@ -86,13 +78,8 @@ def merged_name(name: str) -> tuple[str, int] | None:
 def shard_and_merge(
     tensors: Iterable[Named], rank: int, tp_size: int, config: ModelConfig, dtype: torch.dtype | None = None
 ) -> Iterator[Named]:
-    """The streaming rule: shard each checkpoint tensor as it arrives (and drop the full one), cast
-    the shard to `dtype`, then hold the shards of q/k/v and gate/up until their group is complete
-    and emit the fused tensor.
-
-    Yields (engine weight name, this rank's tensor). At any moment only the tensor being sharded
-    and the incomplete merge groups are alive.
-    """
+    """(engine weight name, this rank's tensor) for each checkpoint tensor as it arrives: its shard in `dtype`;
+    the shards of q/k/v and gate/up wait until their group is complete, then leave as the fused tensor."""
     merge_buffer: dict[str, dict[int, torch.Tensor]] = {}
     experts = ExpertStacker(config, rank, tp_size, dtype)  # mixture-of-experts layers (chapter 14)
     for name, full in tensors:
@@ -121,13 +108,10 @@ def shard_and_merge(
     experts.check_complete()
 
 
-def load_weights(
-    tensors: Iterable[Named], config: ModelConfig, rank: int, tp_size: int, dtype: torch.dtype, device: torch.device,
-    merge: ShardAndMerge | None = None,
-) -> Iterator[Named]:
-    """Yield (engine weight name, local weight on `device` in `dtype`) for every weight of a
-    checkpoint streamed as (name, full tensor): `shard_and_merge`'s, or with `merge` another
-    implementation of it (the capstone's, minisgl/models/tp_ops.py)."""
+def load_weights(tensors: Iterable[Named], config: ModelConfig, rank: int, tp_size: int, dtype: torch.dtype,
+                 device: torch.device, merge: ShardAndMerge | None = None) -> Iterator[Named]:
+    """(engine weight name, local weight on `device` in `dtype`) for every (name, full tensor) of a checkpoint,
+    by `shard_and_merge`, or by `merge` in its place (the capstone's, minisgl/models/tp_ops.py)."""
     merge = merge or functools.partial(shard_and_merge, dtype=dtype)
     for name, local in merge(tensors, rank, tp_size, config):
         yield name, local.to(dtype=dtype, device=device)

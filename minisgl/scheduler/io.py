@@ -1,12 +1,9 @@
-"""How a scheduler rank gets its messages and sends its results (chapter 06).
-
-- `SchedulerIO`: what a scheduler asks of its IO (`LocalIO` in `local_io.py` is the in-process one,
-  `StageIO` in `pipeline.py` a pipeline stage's);
-- `ZmqIO`: rank 0 pulls from its ZMQ queue, broadcasts the *count* of new messages over the gloo
-  CPU group (`broadcast_count`), then publishes the message *bytes* over ZMQ PUB; other ranks
-  receive the count from the same collective, then read exactly that many messages from their SUB
-  queue. The collective keeps every rank in step (no rank can run ahead into a step the others
-  have not seen); ZMQ carries payloads of any size without a second collective.
+"""How a scheduler rank gets its messages and sends its results (chapter 06). `SchedulerIO` is what a
+scheduler asks of its IO (`LocalIO` in local_io.py and a pipeline's `StageIO` are the others). In
+`ZmqIO`, rank 0 pulls from its ZMQ queue, broadcasts the *count* of new messages over the gloo CPU
+group, then publishes the message *bytes* over ZMQ PUB; the other ranks take the count from the same
+collective and read that many messages from their SUB queue. The collective keeps every rank in
+step; ZMQ carries payloads of any size without a second collective.
 """
 
 from __future__ import annotations
@@ -17,18 +14,8 @@ from typing import Protocol
 import torch.distributed as dist
 
 from minisgl.distributed import DistributedInfo, barrier, broadcast_count
-from minisgl.message import (
-    FinishedRequests,
-    IpcAddresses,
-    Message,
-    PubQueue,
-    PullQueue,
-    PushQueue,
-    SchedulerStats,
-    SubQueue,
-    TokenOutput,
-    decode_message,
-)
+from minisgl.message import (FinishedRequests, IpcAddresses, Message, PubQueue, PullQueue, PushQueue, SchedulerStats,
+                             SubQueue, TokenOutput, decode_message)
 from minisgl.trace import TRACE
 
 IDLE_POLL_MS = 50  # an idle rank 0 still broadcasts a zero count this often, so peers never time out
@@ -59,9 +46,7 @@ class ZmqIO:
     def __init__(
         self, tp_info: DistributedInfo, cpu_group: dist.ProcessGroup | None, addrs: IpcAddresses, replica: int = 0
     ) -> None:
-        self.tp_info = tp_info
-        self.cpu_group = cpu_group
-        self.replica = replica
+        self.tp_info, self.cpu_group, self.replica = tp_info, cpu_group, replica
         self.controller: PushQueue | None = None
         if tp_info.is_primary:
             self.requests = PullQueue(addrs.scheduler)
@@ -94,19 +79,20 @@ class ZmqIO:
             payloads = [self.subscriber.get_raw() for _ in range(count)]
         messages = [decode_message(p) for p in payloads]
         if messages and TRACE.enabled:  # (the idle steps' empty broadcasts are not traced)
-            TRACE.complete("broadcast" if self.tp_info.is_primary else "receive", "message", begin,
-                           messages=describe_messages(messages))
+            names = [f"{type(m).__name__} {m.uid}" if hasattr(m, "uid") else type(m).__name__ for m in messages]
+            TRACE.complete("broadcast" if self.tp_info.is_primary else "receive", "message", begin, messages=names)
         return messages
 
     def send(self, outputs: list[TokenOutput]) -> None:
-        if self.tp_info.is_primary:
-            if outputs and TRACE.enabled:
-                TRACE.instant("send", "message", uids=[output.uid for output in outputs])
-            for output in outputs:
-                self.outputs.put(output)
-            finished = [output.uid for output in outputs if output.finished]
-            if self.controller is not None and finished:
-                self.controller.put(FinishedRequests(self.replica, finished))
+        if not self.tp_info.is_primary:
+            return
+        if outputs and TRACE.enabled:
+            TRACE.instant("send", "message", uids=[output.uid for output in outputs])
+        for output in outputs:
+            self.outputs.put(output)
+        finished = [output.uid for output in outputs if output.finished]
+        if self.controller is not None and finished:
+            self.controller.put(FinishedRequests(self.replica, finished))
 
     def send_stats(self, stats: SchedulerStats) -> None:
         if self.tp_info.is_primary:  # along the outputs' path: the detokenizer passes it on to the API
@@ -115,8 +101,3 @@ class ZmqIO:
     def close(self) -> None:
         for queue in self._queues:
             queue.close()
-
-
-def describe_messages(messages: list[Message]) -> list[str]:
-    """How the trace names messages: "GenerateRequest 3", "ShutdownRequest"."""
-    return [f"{type(m).__name__} {m.uid}" if hasattr(m, "uid") else type(m).__name__ for m in messages]

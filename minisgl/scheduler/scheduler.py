@@ -55,7 +55,8 @@ from .io import SchedulerIO
 from .kv_budget import KVBudget
 
 if TYPE_CHECKING:  # the launcher imports this package; only a rank's process builds an engine
-    from minisgl.engine.engine import Engine, TokenFuture
+    from minisgl.engine.device import TokenFuture
+    from minisgl.engine.engine import Engine
 
 logger = logging.getLogger(__name__)
 
