@@ -4,6 +4,10 @@ and stopped exactly as the server does (chapters 00 and 12)."""
 
 from __future__ import annotations
 
+import gc
+
+import torch
+
 from minisgl.config import SchedulerConfig
 from minisgl.engine.engine import Engine
 from minisgl.message import IpcAddresses, Message, PullQueue, PushQueue, SchedulerStats, TokenOutput
@@ -40,6 +44,13 @@ class InProcessBackend:
 
     def close(self) -> None:
         self.engine.shutdown()
+        on_cuda = self.engine.device.type == "cuda"
+        del self.scheduler, self.engine  # the last references to the weights, the KV pool and the graphs
+        if on_cuda:
+            # torch's allocator keeps freed blocks for itself, and the next engine in this process sizes
+            # its pool from what the driver calls free: hand them back (the model's modules form cycles)
+            gc.collect()
+            torch.cuda.empty_cache()
 
 
 class MultiProcessBackend:

@@ -4,6 +4,7 @@ weights from config-only directories, KV sizing from free GPU memory, and tp = 2
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from transformers import AutoModelForCausalLM
 from minisgl import LLM
 from minisgl.core import Req, SamplingParams
 from minisgl.engine.engine import Engine
+from minisgl.engine.sizing import with_batch_limits
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.batch import make_decode_batch, make_prefill_batch
 from minisgl.testing.shapes import SHAPES, make_random_checkpoint, make_shape_dir
@@ -154,6 +156,24 @@ def test_kv_pool_is_sized_from_free_gpu_memory(tiny_model_dir) -> None:
         engine.shutdown()
         del engine
         torch.cuda.empty_cache()
+
+
+def test_default_limits_follow_the_pool_and_a_closed_llm_gives_its_memory_back(tiny_model_dir) -> None:
+    """`LLM(...)` with no limits set gets them from its KV pool (sizing.py); closing it returns the
+    pool to the driver, so a second `LLM` in the same process gets a pool as large as the first's."""
+    free_before, _ = torch.cuda.mem_get_info()
+    pools, limits = [], []
+    for _ in range(2):
+        with LLM(tiny_model_dir("llama"), device="cuda", dtype="bfloat16", progress=False) as llm:
+            pool_tokens = llm.backend.engine.kv_pool.num_slots
+            pools.append(pool_tokens)
+            limits.append((llm.config.max_running_requests, llm.config.max_prefill_tokens))
+            unset = dataclasses.replace(llm.config, max_running_requests=None, max_prefill_tokens=None)
+            expected = with_batch_limits(unset, pool_tokens)
+            assert limits[-1] == (expected.max_running_requests, expected.max_prefill_tokens)
+    assert abs(pools[1] - pools[0]) <= 0.02 * pools[0], f"second pool {pools[1]} tokens, first {pools[0]}"
+    free_after, _ = torch.cuda.mem_get_info()
+    assert free_after > free_before - (2 << 30), f"{(free_before - free_after) / 2**30:.1f} GiB still held"
 
 
 @pytest.mark.timeout(600)
