@@ -56,8 +56,24 @@ def _answers() -> list[str]:
                             lines.add(line.split("#")[0].strip())
     for path in sorted((REPO / "solutions" / "quizzes").glob("ch*.py")):
         lines.update(line.strip() for line in path.read_text().splitlines() if line.startswith("Q"))
-    public = "\n".join(text for path, text in _texts(REPO).items() if _is_public(path))
+    public = "\n".join(_public_texts())
     return sorted(line for line in lines if line not in public)  # a line the course itself shows is no leak
+
+
+def _public_texts() -> list[str]:
+    """Every text file of the repository a learner may see, read from a walk that skips the hidden
+    folders (.venv alone holds tens of thousands of files)."""
+    texts = []
+    for folder, subfolders, names in os.walk(REPO):
+        here = Path(folder)
+        subfolders[:] = [name for name in subfolders if _is_public(here / name)]
+        for name in names:
+            if _is_public(here / name):
+                try:
+                    texts.append((here / name).read_text())
+                except (UnicodeDecodeError, OSError):
+                    continue  # figures and other binaries
+    return texts
 
 
 def _is_public(path: Path) -> bool:

@@ -91,6 +91,6 @@ class ReceivedState:
 
 def start_child_server() -> None:
     """Start the fork server now, so that its imports overlap whatever the launcher does before its
-    first child (a server imports its web stack and checks its arguments meanwhile)."""
+    first child (a server imports its web stack meanwhile)."""
     child_context()  # sets the preload list the server reads as it starts
     forkserver.ensure_running()
