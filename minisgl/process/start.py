@@ -33,7 +33,9 @@ from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-PRELOAD = ("torch", "transformers", "zmq", "safetensors.torch")
+# transformers imports lazily: `activations` is what reading any model's config (a tokenizer does)
+# pulls in, torch.distributed.tensor included, ~1 s of CPU that every tokenizer child paid itself
+PRELOAD = ("torch", "transformers", "transformers.activations", "zmq", "safetensors.torch")
 
 
 def child_context() -> BaseContext:
