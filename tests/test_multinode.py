@@ -26,7 +26,7 @@ from minisgl.process.nodes import NODE_PORT_OFFSET, check_dist_init_addr
 from minisgl.testing.server import RunningServer
 from minisgl.utils import free_port
 
-from test_server_lifecycle import assert_all_gone, descendants, error_lines, run_cli
+from test_server_lifecycle import assert_all_gone, descendants, error_lines, run_cli, run_cli_cases
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -126,20 +126,26 @@ def test_a_killed_node_stops_the_other_with_one_line(tiny_model_dir, victim: str
         worker.stop()
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--nnodes", "2"], "needs --dist-init-addr"),
-        (["--nnodes", "2", "--dist-init-addr", "127.0.0.1"], "not a host:port address"),
-        (["--nnodes", "2", "--node-rank", "2", "--dist-init-addr", "127.0.0.1:29500"], "--node-rank must be in 0..1"),
-        (["--nnodes", "2", "--tp-size", "3", "--dist-init-addr", "127.0.0.1:29500"], "does not split over --nnodes 2"),
-        (["--nnodes", "2", "--dp-size", "2", "--tp-size", "2", "--dist-init-addr", "127.0.0.1:29500"], "one machine"),
-        (["--dist-init-addr", "127.0.0.1:29500"], "add --nnodes"),
-        (["--dp-size", "0"], "--dp-size must be at least 1"),
-    ],
-)
-def test_bad_node_flags_fail_fast_with_one_line(tiny_model_dir, args: list[str], message: str) -> None:
-    result = run_cli("--model", str(tiny_model_dir("llama")), "--device", "cpu", *args)
+BAD_NODE_FLAGS = [
+    (["--nnodes", "2"], "needs --dist-init-addr"),
+    (["--nnodes", "2", "--dist-init-addr", "127.0.0.1"], "not a host:port address"),
+    (["--nnodes", "2", "--node-rank", "2", "--dist-init-addr", "127.0.0.1:29500"], "--node-rank must be in 0..1"),
+    (["--nnodes", "2", "--tp-size", "3", "--dist-init-addr", "127.0.0.1:29500"], "does not split over --nnodes 2"),
+    (["--nnodes", "2", "--dp-size", "2", "--tp-size", "2", "--dist-init-addr", "127.0.0.1:29500"], "one machine"),
+    (["--dist-init-addr", "127.0.0.1:29500"], "add --nnodes"),
+    (["--dp-size", "0"], "--dp-size must be at least 1"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_node_flag_runs(tiny_model_dir) -> dict[str, subprocess.CompletedProcess]:
+    argvs = [["--model", str(tiny_model_dir("llama")), "--device", "cpu", *args] for args, _ in BAD_NODE_FLAGS]
+    return {" ".join(args): run for (args, _), run in zip(BAD_NODE_FLAGS, run_cli_cases(argvs))}
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_NODE_FLAGS)
+def test_bad_node_flags_fail_fast_with_one_line(bad_node_flag_runs, args: list[str], message: str) -> None:
+    result = bad_node_flag_runs[" ".join(args)]
     assert result.returncode == 2
     assert error_lines(result.stderr) == result.stderr.strip().splitlines()
     assert message in result.stderr
