@@ -88,20 +88,30 @@ def _generate(server: RunningServer, prompt: list[int]) -> list[int]:
     return response.json()["output_ids"]
 
 
-@pytest.mark.parametrize("tp_size", [2, 4])  # 1 and 2 ranks per node
-def test_two_nodes_answer_like_one_and_node_0_ends_the_run(tiny_model_dir, tp_size: int) -> None:
-    model_dir = tiny_model_dir("llama")
-    with LLM(model_dir, dtype="float32", num_pages=256, progress=False) as llm:
-        expected = [o.token_ids for o in llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=MAX_TOKENS,
-                                                                              ignore_eos=True))]
-    server, worker = _start_two_nodes(model_dir, tp_size)
+@pytest.fixture(scope="module")
+def expected(tiny_model_dir) -> list[list[int]]:
+    """PROMPTS' greedy tokens from one process at tp = 1: what every two-node run must answer."""
+    with LLM(tiny_model_dir("llama"), dtype="float32", num_pages=256, progress=False) as llm:
+        greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+        return [o.token_ids for o in llm.generate(PROMPTS, greedy)]
+
+
+def _answer_like_one_then_end(server: RunningServer, worker: WorkerNode, expected: list[list[int]]) -> None:
+    """The two nodes answer PROMPTS as one process does; node 0 ends the run, node 1 exits cleanly
+    saying so, and no process of either is left."""
+    children = descendants(server.process.pid) + descendants(worker.process.pid)
+    assert [_generate(server, prompt) for prompt in PROMPTS] == expected
+    assert server.stop() == 0
+    assert worker.process.wait(timeout=120) == 0, worker.log()
+    assert "node 0 ended the run" in worker.log()
+    assert_all_gone(children)
+
+
+def test_two_nodes_answer_like_one_and_node_0_ends_the_run(tiny_model_dir, expected) -> None:
+    """tp = 4: two ranks per node (one per node: the strangers test below)."""
+    server, worker = _start_two_nodes(tiny_model_dir("llama"), 4)
     try:
-        children = descendants(server.process.pid) + descendants(worker.process.pid)
-        assert [_generate(server, prompt) for prompt in PROMPTS] == expected
-        assert server.stop() == 0
-        assert worker.process.wait(timeout=120) == 0, worker.log()
-        assert "node 0 ended the run" in worker.log()
-        assert_all_gone(children)
+        _answer_like_one_then_end(server, worker, expected)
     finally:
         server.stop()
         worker.stop()
@@ -162,7 +172,9 @@ def _connect_when_listening(port: int, timeout_s: float) -> socket.socket:
             time.sleep(0.05)
 
 
-def test_strangers_on_the_link_port_are_ignored_while_the_node_joins(tiny_model_dir) -> None:
+def test_strangers_on_the_link_port_are_ignored_while_the_node_joins(tiny_model_dir, expected) -> None:
+    """tp = 2, one rank per node; once node 1 has joined, the run goes on as any other: it answers
+    like one process and node 0 ends it."""
     model_dir = tiny_model_dir("llama")
     port = free_port()
     started: dict[str, object] = {}
@@ -192,9 +204,9 @@ def test_strangers_on_the_link_port_are_ignored_while_the_node_joins(tiny_model_
         assert isinstance(server, RunningServer)
         try:
             worker.wait_serving()
-            assert len(_generate(server, PROMPTS[0])) == MAX_TOKENS
             log = server.log()
             assert "is not a minisgl node; ignored" in log and "was refused: its launch settings differ" in log
+            _answer_like_one_then_end(server, worker, expected)
         finally:
             server.stop()
     finally:
