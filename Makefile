@@ -46,13 +46,15 @@ shell: install
 # Everything CI checks: engine tests (GPU ones skip with a reason on CPU) and every chapter notebook
 # executed once (chapters/conftest.py: the run that checks a notebook also writes the executed copy
 # the site shows), on TEST_WORKERS pytest-xdist workers (a test file or a notebook stays on one
-# worker, so a module's server starts once); then the grader on the reference solutions (one
-# process: it writes one results file); then the site built strictly (never with --quiet, which drops
-# warnings before strict mode counts them).
+# worker, so a module's server starts once); then the site built strictly (never with --quiet, which
+# drops warnings before strict mode counts them).
+# >>> instructor-only
+# The grader's self-test among the engine tests (tests/test_grader.py) grades the reference solutions
+# as `pytest exercises --impl solutions` does, at world sizes 2 and 4, beside its other grader runs.
+# <<< instructor-only
 TEST_WORKERS ?= 2
 test: install
 	$(PY) -m pytest tests chapters -n $(TEST_WORKERS) --dist loadfile -q -p no:cacheprovider
-	$(PY) -m pytest exercises --impl solutions -q -p no:cacheprovider
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(CURDIR)/site
 	$(PY) docs/site_check.py $(CURDIR)/site --screenshots build/site-check
 

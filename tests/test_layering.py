@@ -6,6 +6,7 @@ it supports instead of probing it."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ FLOORS: list[tuple[str, ...]] = [
 FLOOR = {name: level for level, names in enumerate(FLOORS) for name in names}
 
 
+@functools.cache  # parsed once for all the tests here (no test changes a tree)
 def _modules(package: str = "") -> list[tuple[str, ast.Module]]:
     """(path like minisgl/engine/engine.py, parsed source) of every file of minisgl/`package`."""
     root = PACKAGE / package

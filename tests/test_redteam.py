@@ -139,11 +139,27 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> dict:
                           timeout=RUN_TIMEOUT_S, env=env, cwd=work)
     results_path = root / "results" / "results.json"
     first = results_path.read_text() if results_path.is_file() else None
-    time.sleep(3)  # a daemon that survived would rewrite the grade about now
+    # a daemon that survived the grade would rewrite it (it looks every 0.5 s): read the grade again
+    # once every daemon the submission started is gone, or after a generous wait for them to go
+    deadline = time.monotonic() + 60
+    while _live_daemons(mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
     yield {"returncode": done.returncode, "output": done.stdout + done.stderr, "first": first,
            "later": results_path.read_text() if results_path.is_file() else None, "mark": mark, "no_user": no_user,
            "seconds": time.monotonic() - started}
     shutil.rmtree(mark, ignore_errors=True)
+
+
+def _live_daemons(mark: Path) -> list[int]:
+    """The daemons the submission started (each wrote its pid into the marks folder) that still run."""
+    alive = []
+    for pid in (int(path.read_text()) for path in mark.glob("daemon-*")):
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
 
 
 def _scores(graded: dict) -> dict[str, tuple[float, float]]:
@@ -196,8 +212,7 @@ def test_honest_work_beside_the_cheats_earns_full_marks(graded, task):
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)
 def test_nothing_the_submission_started_outlives_the_grade(graded):
-    daemons = [int(p.read_text()) for p in graded["mark"].glob("daemon-*")]
-    alive = [pid for pid in daemons if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    alive = _live_daemons(graded["mark"])
     assert not alive, f"daemons started by the submission still run: {alive}"
 
 

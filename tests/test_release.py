@@ -5,7 +5,9 @@ every quiz key) and its README and Makefile no longer speak of the instructor's 
 grader runs: every task "not attempted", filled-in quiz answers "submitted", never graded against
 a key. The bundle, unpacked into a simulated Gradescope layout and run with this venv's Python (as
 `nobody` where that user can run it), grades the reference solutions to full marks and the stubs
-to zero, and fails loudly when it cannot grade. Four grader runs in subprocesses, started together.
+to zero (every test not attempted, without a crash: the grader's self-test on stubs, with its hidden
+tests and keys), and fails loudly when it cannot grade. Four grader runs in subprocesses, started
+together.
 """
 
 from __future__ import annotations
@@ -56,8 +58,24 @@ def _answers() -> list[str]:
                             lines.add(line.split("#")[0].strip())
     for path in sorted((REPO / "solutions" / "quizzes").glob("ch*.py")):
         lines.update(line.strip() for line in path.read_text().splitlines() if line.startswith("Q"))
-    public = "\n".join(text for path, text in _texts(REPO).items() if _is_public(path))
+    public = "\n".join(_public_texts())
     return sorted(line for line in lines if line not in public)  # a line the course itself shows is no leak
+
+
+def _public_texts() -> list[str]:
+    """Every text file of the repository a learner may see, read from a walk that skips the hidden
+    folders (.venv alone holds tens of thousands of files)."""
+    texts = []
+    for folder, subfolders, names in os.walk(REPO):
+        here = Path(folder)
+        subfolders[:] = [name for name in subfolders if _is_public(here / name)]
+        for name in names:
+            if _is_public(here / name):
+                try:
+                    texts.append((here / name).read_text())
+                except (UnicodeDecodeError, OSError):
+                    continue  # figures and other binaries
+    return texts
 
 
 def _is_public(path: Path) -> bool:
@@ -206,9 +224,16 @@ def test_bundle_grades_the_solutions_to_full_marks(runs):
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 60)
 def test_bundle_grades_the_stubs_to_zero(runs):
+    """The untouched stubs, hidden tests and quizzes included: every test "not attempted", and no
+    crash, hang or internal error on the way (the grader's self-test on stubs)."""
     run = runs["bundle-stubs"].result()
     outcomes = _outcomes(run)
-    assert outcomes and all(o["outcome"] == "not_attempted" for o in outcomes)
+    assert run["returncode"] == 0 and len(outcomes) > 100, run["output"][-3000:]
+    attempted = [o["nodeid"] for o in outcomes if o["outcome"] != "not_attempted"]
+    assert not attempted, f"stubs should all be 'not attempted': {attempted[:5]}"
+    assert [o for o in outcomes if "/hidden/" in o["nodeid"]], "the bundle should run the hidden tests"
+    for noise in ("Traceback", "INTERNALERROR", "hung"):
+        assert noise not in run["output"], f"{noise!r} in the stub run's output:\n{run['output'][-3000:]}"
     assert run["results"]["score"] == 0
 
 

@@ -200,16 +200,17 @@ def test_the_fused_decode_layer_on_a_decode_step_computes_what_the_plain_layers_
     from minisgl.engine.engine import Engine
     from minisgl.kernel.cuda import TritonKernels
     from minisgl.layers import install_kernels
-    from minisgl.testing.fused_layer_checks import LAYER_MISTAKES, fused_layer_excess
+    from minisgl.testing.fused_layer_checks import LAYER_MISTAKES, fused_layer_excesses
 
     monkeypatch.setattr(cpu_plugin, "prepacking_available", lambda: False)  # plain tensors, as on CUDA
     engine = Engine(EngineConfig(tiny_model_dir(name), dtype="float32", num_pages=256, attention_backend="triton",
                                  progress=False))
     install_kernels("cpu", TritonKernels())  # what `accelerate_cuda` installs for CUDA tensors
     try:
-        assert fused_layer_excess(engine) <= 1
+        excess = fused_layer_excesses(engine, [None, *LAYER_MISTAKES])
+        assert excess[None] <= 1
         for mistake in LAYER_MISTAKES:
-            assert fused_layer_excess(engine, mistake) > 1, mistake
+            assert excess[mistake] > 1, mistake
     finally:
         install_kernels("cpu", None)  # the next engine of this process installs its own
         engine.shutdown()

@@ -43,11 +43,8 @@ GRADESCOPE_SCRIPTS = ("tools/autograder/setup.sh", "tools/autograder/run_autogra
 # What a release says differently: it has no answers to grade and no tools to build releases with.
 # (file, text in the instructor's copy, text in the release); each must match exactly once.
 RELEASE_EDITS = (
-    ("Makefile", "\t$(PY) -m pytest exercises --impl solutions -q -p no:cacheprovider\n", ""),
     ("Makefile", "run the tests, the grader on solutions/, the notebooks, the site build",
      "run the tests, the notebooks, the site build"),
-    ("Makefile", "; then the grader on the reference solutions (one\n# process: it writes one results file); then ",
-     "; then\n# "),
     ("README.md", " `solutions/` — the answers and\n  quiz keys (instructor material: `make student-release` "
      "and `make autograder` build what a class\n  runs on without them, see [Running a class]"
      "(docs/instructors.md)).", ""),

@@ -7,6 +7,7 @@ Run `python -m minisgl.models.default_model` to convert it and print where it li
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
@@ -89,9 +90,11 @@ def ensure_default_model(quiet: bool = False) -> Path:
     """Convert the GGUF into a Hugging Face checkpoint unless that was done before; return its dir."""
     target = default_model_dir()
     if not is_complete_checkpoint(target):
-        gguf_path = find_gguf_file()
-        with building_checkpoint(target) as scratch:
-            convert_gguf_to_hf(gguf_path, scratch, quiet=quiet)
+        with converting_alone(target):
+            if not is_complete_checkpoint(target):  # another process may have converted it meanwhile
+                gguf_path = find_gguf_file()
+                with building_checkpoint(target) as scratch:
+                    convert_gguf_to_hf(gguf_path, scratch, quiet=quiet)
     link_source_gguf(target)
     return target
 
@@ -113,6 +116,16 @@ def link_source_gguf(target: Path) -> None:
     scratch.unlink(missing_ok=True)
     scratch.symlink_to(gguf_path)
     scratch.replace(link)  # atomic: a concurrent reader sees the old link or the new one
+
+
+@contextmanager
+def converting_alone(target: Path) -> Iterator[None]:
+    """Hold a lock file beside `target` while converting: processes that start at once (test workers,
+    a server's first launch beside a notebook) convert the model once, the others wait for it."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        yield
 
 
 @contextmanager

@@ -33,7 +33,9 @@ from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-PRELOAD = ("torch", "transformers", "zmq", "safetensors.torch")
+# transformers imports lazily: `activations` is what reading any model's config (a tokenizer does)
+# pulls in, torch.distributed.tensor included, ~1 s of CPU that every tokenizer child paid itself
+PRELOAD = ("torch", "transformers", "transformers.activations", "zmq", "safetensors.torch")
 
 
 def child_context() -> BaseContext:
@@ -91,6 +93,6 @@ class ReceivedState:
 
 def start_child_server() -> None:
     """Start the fork server now, so that its imports overlap whatever the launcher does before its
-    first child (a server imports its web stack and checks its arguments meanwhile)."""
+    first child (a server imports its web stack meanwhile)."""
     child_context()  # sets the preload list the server reads as it starts
     forkserver.ensure_running()

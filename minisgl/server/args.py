@@ -40,6 +40,7 @@ class ServerArgs:
     start_timeout_s: float = 300.0
     log_level: str = "info"
     shell: bool = False
+    shell_max_tokens: int = 1024  # the longest reply the shell asks for
     node_rank: int = 0  # this machine's place in a multi-node run; node 0 serves HTTP (chapter 12)
     max_body_mb: float = DEFAULT_MAX_BODY_MB  # a larger HTTP body is a 413, unread (limits.py)
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S  # a slower header, or a longer pause in a body, closes
@@ -170,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="how long a client may take to send a request's header, or pause within its body, "
                              "before the connection is closed (default: %(default)g)")
     server.add_argument("--shell", action="store_true", help="chat in this terminal instead of serving HTTP")
+    server.add_argument("--shell-max-tokens", type=int, default=1024, metavar="N",
+                        help="with --shell: the most tokens one reply may have (default: %(default)s)")
     server.add_argument("--seed", type=int, default=defaults.seed,
                         help="base seed of requests that give none (default: %(default)s)")
     server.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -230,6 +233,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         start_timeout_s=ns.start_timeout,
         log_level=ns.log_level,
         shell=ns.shell,
+        shell_max_tokens=ns.shell_max_tokens,
         node_rank=ns.node_rank,
         max_body_mb=ns.max_body_mb,
         read_timeout_s=ns.read_timeout,
@@ -240,7 +244,8 @@ def check_args(args: ServerArgs) -> ServerArgs:
     """Every check that needs no child process; raises `ArgsError` (or `ModelError`) with one line.
     Returns `args` with the resolved launch settings (`resolve_config`) and `served_model_name`."""
     for flag, value in {"--num-tokenizers": args.num_tokenizers,
-                        "--max-pending-requests": args.max_pending_requests}.items():
+                        "--max-pending-requests": args.max_pending_requests,
+                        "--shell-max-tokens": args.shell_max_tokens}.items():
         if value < 1:
             raise ArgsError(f"{flag} must be at least 1, got {value}")
     if not 0 <= args.port <= 65535:
@@ -255,6 +260,14 @@ def check_args(args: ServerArgs) -> ServerArgs:
     config = resolve_config(args.scheduler)
     name = args.served_model_name or config.model_path.resolve().name
     return dataclasses.replace(args, scheduler=config, served_model_name=name)
+
+
+def check_and_bind(args: ServerArgs) -> tuple[ServerArgs, socket.socket | None]:
+    """`check_args`, then the HTTP port bound (none for the shell or a node > 0): all a bad flag or a
+    taken port can fail, done before the fork server starts and before the launcher imports its web
+    stack, so that such a failure costs a second, not the start of a server."""
+    args = check_args(args)
+    return args, None if args.shell or args.node_rank > 0 else bind_http_socket(args.host, args.port)
 
 
 def bind_http_socket(host: str, port: int) -> socket.socket:

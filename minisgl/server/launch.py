@@ -28,10 +28,9 @@ import time
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 
-from minisgl.config import ArgsError, SchedulerConfig
+from minisgl.config import SchedulerConfig
 from minisgl.distributed.rendezvous import parse_tcp_addr
 from minisgl.message import IpcAddresses
-from minisgl.models.config import ModelError
 from minisgl.process import ChildDied, ChildGroup, ChildWatcher, LaunchError
 from minisgl.process.nodes import (
     NODE_PORT_OFFSET,
@@ -46,7 +45,7 @@ from minisgl.scheduler.process import shut_down_ranks, spawn_ranks
 from minisgl.tokenizer.process import run_detokenizer, run_tokenizer
 from minisgl.trace import TRACE
 
-from .args import ServerArgs, bind_http_socket, check_args
+from .args import ServerArgs
 
 logger = logging.getLogger("minisgl")
 
@@ -138,15 +137,10 @@ def _is_real_failure(error: LaunchError) -> bool:
     return not (by_stop_signal and _stop_signals)
 
 
-def launch_server(args: ServerArgs) -> int:
-    """Run the server until Ctrl-C / SIGTERM (exit code 0) or a failure (1; 2 for bad arguments).
-    Every failure prints one line naming its cause."""
-    try:
-        args = check_args(args)
-        sock = None if args.shell or args.node_rank > 0 else bind_http_socket(args.host, args.port)
-    except (ArgsError, ModelError) as error:
-        _print_error(str(error))
-        return 2
+def launch_server(args: ServerArgs, sock: socket.socket | None) -> int:
+    """Run the server until Ctrl-C / SIGTERM (exit code 0) or a failure (1). `args` and `sock` come
+    from `check_and_bind` (whose failures are the exit code 2). Every failure prints one line naming
+    its cause."""
     if args.node_rank > 0:
         return launch_node(args)
     signal.signal(signal.SIGINT, _on_stop_signal)

@@ -16,7 +16,6 @@ from minisgl.process import ChildWatcher
 
 from .launch import ServerProcesses
 
-SHELL_SAMPLING = SamplingParams(temperature=0.7, top_p=0.9, max_tokens=1024)
 HELP = "/reset forgets the conversation, /exit leaves (so do Ctrl-D and Ctrl-C)"
 
 
@@ -28,6 +27,7 @@ def run_shell(args: ServerArgs, processes: ServerProcesses, watcher: ChildWatche
     watcher.on_failure = lambda reason: _thread.interrupt_main()
     watcher.start()
     history: list[dict[str, str]] = []
+    sampling = SamplingParams(temperature=0.7, top_p=0.9, max_tokens=args.shell_max_tokens)
     print(f"minisgl shell: chatting with {args.served_model_name}. {HELP}.", flush=True)
     try:
         while True:
@@ -48,7 +48,7 @@ def run_shell(args: ServerArgs, processes: ServerProcesses, watcher: ChildWatche
             if not line:
                 continue
             turn = history + [{"role": "user", "content": line}]
-            task = loop.create_task(_reply(frontend, turn))
+            task = loop.create_task(_reply(frontend, turn, sampling))
             try:
                 reply = loop.run_until_complete(task)
             except KeyboardInterrupt:  # let the reply's `finally` abort its request before we go
@@ -68,9 +68,9 @@ async def _start(processes: ServerProcesses) -> Frontend:
     return frontend
 
 
-async def _reply(frontend: Frontend, messages: list[dict[str, str]]) -> str | None:
+async def _reply(frontend: Frontend, messages: list[dict[str, str]], sampling: SamplingParams) -> str | None:
     """Stream the assistant's answer to stdout as it is generated; return it whole (None: error)."""
-    stream = frontend.submit(SHELL_SAMPLING, messages=messages)
+    stream = frontend.submit(sampling, messages=messages)
     text = ""
     try:
         while not stream.finished:
