@@ -69,7 +69,7 @@ def _node_args(model_dir: Path, tp_size: int, node_rank: int, dist_init_port: in
 
 
 def _start_two_nodes(model_dir: Path, tp_size: int) -> tuple[RunningServer, WorkerNode]:
-    port = free_port()
+    port = free_port(1 + NODE_PORT_OFFSET)  # node 0 listens on the next NODE_PORT_OFFSET ports too
     worker = WorkerNode(_node_args(model_dir, tp_size, 1, port))  # may start first: it waits for node 0
     try:
         server = RunningServer(_node_args(model_dir, tp_size, 0, port))
@@ -78,6 +78,18 @@ def _start_two_nodes(model_dir: Path, tp_size: int) -> tuple[RunningServer, Work
         worker.stop()
         raise
     return server, worker
+
+
+def test_the_dist_init_port_and_the_next_two_are_free_and_outside_the_ephemeral_range() -> None:
+    """An outgoing connection (gloo's, an HTTP client's) may take any port of the kernel's ephemeral
+    range at any moment; a port + 1 picked there was once taken before node 0 bound it."""
+    ephemeral_start = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(20):
+        first = free_port(1 + NODE_PORT_OFFSET)
+        assert first + NODE_PORT_OFFSET < ephemeral_start
+        with socket.create_server(("127.0.0.1", first)), socket.create_server(("127.0.0.1", first + 1)), \
+                socket.create_server(("127.0.0.1", first + 2)):
+            pass
 
 
 def _generate(server: RunningServer, prompt: list[int]) -> list[int]:
@@ -176,7 +188,7 @@ def test_strangers_on_the_link_port_are_ignored_while_the_node_joins(tiny_model_
     """tp = 2, one rank per node; once node 1 has joined, the run goes on as any other: it answers
     like one process and node 0 ends it."""
     model_dir = tiny_model_dir("llama")
-    port = free_port()
+    port = free_port(1 + NODE_PORT_OFFSET)  # node 0 listens on the next NODE_PORT_OFFSET ports too
     started: dict[str, object] = {}
 
     def start_node_0() -> None:  # RunningServer returns once healthy, i.e. once node 1 joined
