@@ -49,8 +49,8 @@ shell: install
 # worker, so a module's server starts once); then the site built strictly (never with --quiet, which
 # drops warnings before strict mode counts them).
 # >>> instructor-only
-# The grader's self-test among the engine tests (tests/test_grader.py) grades the reference solutions
-# as `pytest exercises --impl solutions` does, at world sizes 2 and 4, beside its other grader runs.
+# Among the engine tests, tests/test_release.py grades the reference solutions at world sizes 2 and 4
+# (what `pytest exercises --impl solutions` does, here through the autograder bundle).
 # <<< instructor-only
 TEST_WORKERS ?= 2
 test: install

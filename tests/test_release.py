@@ -4,10 +4,10 @@ The release holds no answer (searched for every distinctive line of the referenc
 every quiz key) and its README and Makefile no longer speak of the instructor's material; its
 grader runs: every task "not attempted", filled-in quiz answers "submitted", never graded against
 a key. The bundle, unpacked into a simulated Gradescope layout and run with this venv's Python (as
-`nobody` where that user can run it), grades the reference solutions to full marks and the stubs
-to zero (every test not attempted, without a crash: the grader's self-test on stubs, with its hidden
-tests and keys), and fails loudly when it cannot grade. Four grader runs in subprocesses, started
-together.
+`nobody` where that user can run it), grades the reference solutions to full marks at world sizes 2
+and 4 and the stubs to zero (every test not attempted, without a crash): the grader's self-test on
+the answers and on the stubs, with its hidden tests and keys. It fails loudly when it cannot grade.
+Four grader runs in subprocesses, started together.
 """
 
 from __future__ import annotations
@@ -142,7 +142,10 @@ def runs(built: dict[str, Path]) -> dict[str, Future]:
     futures = {
         "release": pool.submit(_grade, release, work / "release.json"),
         "quizzes": pool.submit(_grade, quiz_copy, work / "quizzes.json", "-k", "quiz"),
-        "bundle-solutions": pool.submit(_autograde, bundle, work / "solutions-run", _solutions_as_submission(work)),
+        # the reference answers at both world sizes, each job with the default time limit (no honest
+        # job comes near it, however busy the machine): the grade `pytest exercises --impl solutions` gives
+        "bundle-solutions": pool.submit(_autograde, bundle, work / "solutions-run", _solutions_as_submission(work),
+                                        pytest_args="--world-sizes 2,4"),
         # the rehearsal of docs/instructors.md: a relative AUTOGRADER_PYTHON, run from the repository
         "bundle-stubs": pool.submit(_autograde, bundle, work / "stubs-run", release / "exercises",
                                     os.path.relpath(sys.executable, REPO)),
@@ -214,10 +217,12 @@ def test_release_quiz_answers_are_submitted_never_graded(runs):
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 60)
 def test_bundle_grades_the_solutions_to_full_marks(runs):
+    """The grader's self-test on the reference answers, hidden tests included, at world sizes 2 and 4."""
     run = runs["bundle-solutions"].result()
     outcomes = _outcomes(run)
     failed = [(o["nodeid"], o["output"][:300]) for o in outcomes if o["outcome"] != "passed"]
     assert not failed, failed[:3]
+    assert {o["nodeid"].split("[ws")[1][0] for o in outcomes if "[ws" in o["nodeid"]} == {"2", "4"}
     assert [o for o in outcomes if "/hidden/" in o["nodeid"]], "the bundle should run the hidden tests"
     assert run["results"]["score"] == run["results"]["extra_data"]["max_score"] > 0
 

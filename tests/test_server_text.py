@@ -19,7 +19,8 @@ from minisgl.message import (
     encode_message,
 )
 from minisgl.server.protocol import ApiError, ChatCompletionRequest, CompletionRequest, parse_body, sampling_from_openai
-from minisgl.tokenizer import Detokenizer, PromptTokenizer, TextStream
+from minisgl.tokenizer import Detokenizer, TextStream
+from minisgl.tokenizer.tokenize import PromptTokenizer
 
 MIXED_TEXT = "Bonjour 你好，世界！🙂👍🏽 naïve café — 日本語のテキスト. Observation: done"
 

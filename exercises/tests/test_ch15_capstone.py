@@ -15,7 +15,6 @@ import torch
 
 from exercises.grader import adapters, sandbox
 from exercises.grader.outcomes import NotAttempted, WrongAnswer
-from minisgl.testing.tiny_models import make_tiny_model
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [40, 41, 42], list(range(100, 130))]
 NEW_TOKENS = 8
@@ -28,6 +27,8 @@ def capstone_model() -> tuple[str, list[list[int]]]:
     """The tiny checkpoint (where the sandbox may read it), and transformers' greedy continuation of
     every prompt (computed here: the expected tokens never reach the learner's processes)."""
     from transformers import AutoModelForCausalLM
+
+    from minisgl.testing.tiny_models import make_tiny_model  # here: a run that grades no capstone never loads it
 
     box = sandbox.current()
     model_dir = make_tiny_model("qwen3", box.shared_dir("capstone") / "qwen3")

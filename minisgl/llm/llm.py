@@ -18,7 +18,7 @@ from minisgl.distributed import DistributedInfo
 from minisgl.message import GenerateRequest, SchedulerStats, TokenOutput
 from minisgl.models.config import ModelConfig
 from minisgl.process.start import start_child_server
-from minisgl.tokenizer import encode_chat, encode_text
+from minisgl.tokenizer.tokenize import encode_chat, encode_text
 from minisgl.trace import TRACE
 
 from .backends import InProcessBackend, MultiProcessBackend

@@ -13,6 +13,7 @@ import ctypes
 import ctypes.util
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from minisgl.message import (
     AbortRequest,
@@ -27,7 +28,9 @@ from minisgl.process import Ready
 from minisgl.trace import TRACE
 
 from .detokenize import Detokenizer
-from .tokenize import PromptTokenizer, prompt_bytes
+
+if TYPE_CHECKING:
+    from .tokenize import PromptTokenizer
 
 TRIM_ABOVE_BYTES = 1 << 20  # after a prompt this large, give the memory it used back to the OS
 
@@ -36,6 +39,8 @@ def run_tokenizer(index: int, model_path: Path, addrs: IpcAddresses, ready: Read
     """Tokenizer worker `index`: tokenize each `TokenizeRequest`, announce it to the detokenizer,
     then send it to rank 0. An `AbortRequest` passes through to rank 0 in order, behind the
     request it aborts."""
+    from .tokenize import PromptTokenizer, prompt_bytes  # here, in the worker: the launcher never tokenizes
+
     tokenizer = PromptTokenizer(model_path)
     inbox = PullQueue(addrs.tokenizers[index])
     to_scheduler = PushQueue(addrs.scheduler)
