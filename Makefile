@@ -47,13 +47,16 @@ shell: install
 # executed once (chapters/conftest.py: the run that checks a notebook also writes the executed copy
 # the site shows), on TEST_WORKERS pytest-xdist workers (a test file or a notebook stays on one
 # worker, so a module's server starts once); then the site built strictly (never with --quiet, which
-# drops warnings before strict mode counts them).
+# drops warnings before strict mode counts them). The course's own modules are compiled to bytecode
+# first: every server, rank and grader process imports them, and where PYTHONDONTWRITEBYTECODE is set
+# (CI images often set it) each process would compile them again (~8% of the tests' CPU time).
 # >>> instructor-only
 # Among the engine tests, tests/test_release.py grades the reference solutions at world sizes 2 and 4
 # (what `pytest exercises --impl solutions` does, here through the autograder bundle).
 # <<< instructor-only
 TEST_WORKERS ?= 2
 test: install
+	$(PY) -m compileall -q -j 0 minisgl exercises chapters
 	$(PY) -m pytest tests chapters -n $(TEST_WORKERS) --dist loadfile -q -p no:cacheprovider
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(CURDIR)/site
 	$(PY) docs/site_check.py $(CURDIR)/site --screenshots build/site-check

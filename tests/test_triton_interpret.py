@@ -193,8 +193,9 @@ def test_the_fused_decode_layer_computes_what_the_plain_layers_do(name: str, tin
 def test_the_fused_decode_layer_on_a_decode_step_computes_what_the_plain_layers_do(name: str, tiny_model_dir,
                                                                                     monkeypatch) -> None:
     """A decode step on the Triton attention backend: the fused layer's GEMVs and its attention with
-    the norms and RoPE in the decode kernel, against the plain layers; a wrong position and a dropped
-    residual are rejected."""
+    the norms and RoPE in the decode kernel, against the plain layers. On llama, the negative
+    controls too: a wrong position and a dropped residual are rejected (the bound is the same
+    function for both models; each control costs a decode step in the interpreter)."""
     import minisgl.cpu as cpu_plugin
     from minisgl.config import EngineConfig
     from minisgl.engine.engine import Engine
@@ -207,9 +208,10 @@ def test_the_fused_decode_layer_on_a_decode_step_computes_what_the_plain_layers_
                                  progress=False))
     install_kernels("cpu", TritonKernels())  # what `accelerate_cuda` installs for CUDA tensors
     try:
-        excess = fused_layer_excesses(engine, [None, *LAYER_MISTAKES])
+        mistakes = LAYER_MISTAKES if name == "llama" else ()
+        excess = fused_layer_excesses(engine, [None, *mistakes])
         assert excess[None] <= 1
-        for mistake in LAYER_MISTAKES:
+        for mistake in mistakes:
             assert excess[mistake] > 1, mistake
     finally:
         install_kernels("cpu", None)  # the next engine of this process installs its own
