@@ -8,6 +8,7 @@ import socket
 from pathlib import Path
 
 _LOWEST_PICKED_PORT = 20000
+_PORT_PICKER = random.SystemRandom()  # not `random`'s seeded state: two processes never pick alike by seed
 
 
 def _ephemeral_ports_start() -> int:
@@ -45,7 +46,7 @@ def free_port(count: int = 1) -> int:
     if high <= low:  # an unusual ephemeral range: any unprivileged port, still checked
         low, high = 1024, 65536 - count
     for _ in range(1000):
-        first = random.randint(low, high)
+        first = _PORT_PICKER.randint(low, high)
         if _all_free(first, count):
             return first
     raise RuntimeError(f"no {count} consecutive free ports in {low}..{high + count - 1}")

@@ -7,6 +7,7 @@ quoting what was typed; the ranks of both nodes share the machine's cores."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -90,6 +91,11 @@ def test_the_dist_init_port_and_the_next_two_are_free_and_outside_the_ephemeral_
         with socket.create_server(("127.0.0.1", first)), socket.create_server(("127.0.0.1", first + 1)), \
                 socket.create_server(("127.0.0.1", first + 2)):
             pass
+    # a test that seeds `random` must not make two workers pick the same ports
+    random.seed(0)
+    first_picks = [free_port() for _ in range(5)]
+    random.seed(0)
+    assert [free_port() for _ in range(5)] != first_picks
 
 
 def _generate(server: RunningServer, prompt: list[int]) -> list[int]:
