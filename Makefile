@@ -49,7 +49,7 @@ shell: install
 # worker, so a module's server starts once); then the site built strictly (never with --quiet, which
 # drops warnings before strict mode counts them). The course's own modules are compiled to bytecode
 # first: every server, rank and grader process imports them, and where PYTHONDONTWRITEBYTECODE is set
-# (CI images often set it) each process would compile them again (~8% of the tests' CPU time). Two
+# (the machines this was measured on set it) each would compile them again (~8% of the tests' CPU). Two
 # workers share the machine's cores, so OpenMP threads that wait for work sleep (PASSIVE) instead of
 # spinning on a core another process needs (~9% of the CPU time of the model tests).
 # >>> instructor-only

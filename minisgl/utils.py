@@ -11,7 +11,7 @@ _LOWEST_PICKED_PORT = 20000
 _PORT_PICKER = random.SystemRandom()  # not `random`'s seeded state: two processes never pick alike by seed
 
 
-def _ephemeral_ports_start() -> int:
+def ephemeral_ports_start() -> int:
     """First port of the range the kernel hands to outgoing connections (Linux: 32768 by default)."""
     try:
         return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
@@ -42,7 +42,7 @@ def free_port(count: int = 1) -> int:
     outgoing connection (gloo's, an HTTP client's) between this check and the server's bind, which
     matters most for the ports *after* the first that a multi-node launch also takes (node 0 listens
     on dist-init port + 1 and + 2)."""
-    low, high = _LOWEST_PICKED_PORT, _ephemeral_ports_start() - count
+    low, high = _LOWEST_PICKED_PORT, ephemeral_ports_start() - count
     if high <= low:  # an unusual ephemeral range: any unprivileged port, still checked
         low, high = 1024, 65536 - count
     for _ in range(1000):

@@ -25,7 +25,7 @@ from minisgl.distributed import DistributedInfo
 from minisgl.config import EngineConfig
 from minisgl.process.nodes import NODE_PORT_OFFSET, check_dist_init_addr
 from minisgl.testing.server import RunningServer
-from minisgl.utils import free_port
+from minisgl.utils import ephemeral_ports_start, free_port
 
 from test_server_lifecycle import assert_all_gone, descendants, error_lines, run_cli, run_cli_cases
 
@@ -84,7 +84,7 @@ def _start_two_nodes(model_dir: Path, tp_size: int) -> tuple[RunningServer, Work
 def test_the_dist_init_port_and_the_next_two_are_free_and_outside_the_ephemeral_range() -> None:
     """An outgoing connection (gloo's, an HTTP client's) may take any port of the kernel's ephemeral
     range at any moment; a port + 1 picked there was once taken before node 0 bound it."""
-    ephemeral_start = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ephemeral_start = ephemeral_ports_start()
     for _ in range(20):
         first = free_port(1 + NODE_PORT_OFFSET)
         assert first + NODE_PORT_OFFSET < ephemeral_start
