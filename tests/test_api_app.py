@@ -105,6 +105,10 @@ def test_the_api_key_comes_from_the_environment_and_hides_the_schema(app_server,
     base = f"http://127.0.0.1:{server.port}"
     assert httpx.get(f"{base}/v1/models").status_code == 401
     assert httpx.get(f"{base}/v1/models", headers={"Authorization": "Bearer sk-from-env"}).status_code == 200
+    for scheme in ("bearer", "BEARER"):  # the scheme is case-insensitive, the key is not
+        assert httpx.get(f"{base}/v1/models", headers={"Authorization": f"{scheme} sk-from-env"}).status_code == 200
+    for wrong in ("Bearer SK-FROM-ENV", "Basic sk-from-env", "sk-from-env", "Bearer", "Bearer sk-from-env2"):
+        assert httpx.get(f"{base}/v1/models", headers={"Authorization": wrong}).status_code == 401, wrong
     not_ascii = {"Authorization": "Bearer sk-from-\xe9nv".encode("latin-1")}
     assert httpx.get(f"{base}/v1/models", headers=not_ascii).status_code == 401  # not a 500 from the compare
     for path in ("/docs", "/redoc", "/openapi.json"):

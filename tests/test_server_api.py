@@ -1,6 +1,7 @@
 """The OpenAI-compatible API on a real server process (tiny Llama, tp = 2): the official `openai`
 client, streaming and not; 64 concurrent streams that each match the offline `LLM` token for
-token; stop strings; /v1/models and /health."""
+token; stop strings; /v1/models, /v1/models/{id} and /health; the explicit nulls SDKs and frameworks
+send for fields the server does not implement."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 
 import httpx
 import pytest
-from openai import OpenAI
+from openai import BadRequestError, NotFoundError, OpenAI
 
 from minisgl import LLM, SamplingParams
 from minisgl.testing.server import RunningServer
@@ -43,6 +44,9 @@ def prompts() -> list[str]:
 
 def test_models_and_health(server, client):
     assert [m.id for m in client.models.list().data] == ["llama"]
+    assert client.models.retrieve("llama").id == "llama"
+    with pytest.raises(NotFoundError, match="does not exist"):
+        client.models.retrieve("another-model")
     health = httpx.get(f"{server.base_url}/health").json()
     assert health["status"] == "ok"
 
@@ -127,3 +131,31 @@ def test_generate_whole_returns_ids_and_usage(server):
     answer = httpx.post(f"{server.base_url}/generate", json=body, timeout=60).json()
     assert len(answer["output_ids"]) == 5 and answer["finish_reason"] == "length"
     assert answer["usage"]["completion_tokens"] == 5
+
+
+# What OpenAI's schema allows and frameworks send as "not set": each null must mean absent.
+EXPLICIT_NULLS = {"tools": None, "tool_choice": None, "response_format": None, "parallel_tool_calls": None,
+                  "metadata": None, "top_logprobs": None, "logprobs": None, "n": None, "seed": None,
+                  "stop": None, "stream_options": None, "user": None, "frequency_penalty": None}
+
+
+def test_explicit_nulls_mean_absent_and_values_are_still_refused(client):
+    messages = [{"role": "user", "content": "What is a scheduler?"}]
+    plain = client.chat.completions.create(model="llama", messages=messages, max_tokens=6, temperature=0)
+    nulls = client.chat.completions.create(model="llama", messages=messages, max_tokens=6, temperature=0,
+                                           extra_body={**EXPLICIT_NULLS, "logit_bias": {"1": 0.0}})  # keys stay ids
+    text_format = client.chat.completions.create(model="llama", messages=messages, max_tokens=6, temperature=0,
+                                                 response_format={"type": "text"})
+    assert nulls.choices[0].message.content == plain.choices[0].message.content
+    assert text_format.choices[0].message.content == plain.choices[0].message.content
+    completion = client.completions.create(model="llama", prompt="The key", max_tokens=4, temperature=0,
+                                           extra_body={"suffix": None, "best_of": None, "echo": None})
+    assert completion.usage.completion_tokens == 4
+    refused = [({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+               ({"response_format": {"type": "json_object"}}, "response_format"),
+               ({"stream_options": {"include_usage": True}}, "stream_options")]
+    for extra, name in refused:
+        with pytest.raises(BadRequestError, match=name):
+            client.chat.completions.create(model="llama", messages=messages, max_tokens=4, extra_body=extra)
+    with pytest.raises(BadRequestError, match="logprobs"):  # 0 asks for the chosen tokens' log-probabilities
+        client.completions.create(model="llama", prompt="The key", max_tokens=4, logprobs=0)

@@ -114,6 +114,9 @@ def test_prompt_tokenizer_checks(tiny_model_dir):
         ({"prompt": "a", "temperature": -0.1}, "temperature"),
         ({"prompt": "a", "top_p": 0}, "top_p"),
         ({"prompt": "a", "logprobs": 2}, "logprobs"),
+        ({"prompt": "a", "logprobs": 0}, "logprobs"),  # asks for the chosen tokens' log-probabilities
+        ({"prompt": "a", "logprobs": True}, "logprobs"),
+        ({"prompt": "a", "stream_options": {"include_usage": True}}, "stream_options"),  # without stream
         ({"prompt": "a", "seed": -1}, "seed"),
     ],
 )
@@ -130,3 +133,30 @@ def test_body_validation_is_a_400_naming_the_field():
     assert info.value.status == 400 and info.value.param.startswith("messages.0.role")
     with pytest.raises(ApiError):
         parse_body(CompletionRequest, json.dumps({"max_tokens": 3}))  # no prompt
+
+
+def test_null_means_absent_only_for_optional_and_known_fields():
+    body = {"prompt": "a", "n": None, "echo": None, "stream": None, "suffix": None, "best_of": None}
+    request = parse_body(CompletionRequest, json.dumps(body))
+    assert (request.n, request.echo, request.stream) == (None, False, False)
+    sampling_from_openai(request, 16)  # nothing left to refuse
+    for body, param in [({"prompt": None}, "prompt"), ({"prompt": "a", "not_openai": None}, "not_openai"),
+                        ({"prompt": "a", "suffix": "x"}, "suffix"), ({"messages": None}, "messages")]:
+        model = ChatCompletionRequest if "messages" in body else CompletionRequest
+        with pytest.raises(ApiError) as info:
+            parse_body(model, json.dumps(body))
+        assert info.value.status == 400 and info.value.param == param, body
+
+
+@pytest.mark.parametrize(("response_format", "refused"),
+                         [({"type": "text"}, False), ({"type": "json_object"}, True),
+                          ({"type": "json_schema", "json_schema": {"name": "x"}}, True)])
+def test_response_format_text_is_honoured_and_the_json_modes_are_refused(response_format, refused):
+    body = {"messages": [{"role": "user", "content": "hi"}], "response_format": response_format}
+    request = parse_body(ChatCompletionRequest, json.dumps(body))
+    if not refused:
+        sampling_from_openai(request, 16)
+        return
+    with pytest.raises(ApiError) as info:
+        sampling_from_openai(request, 16)
+    assert info.value.param == "response_format" and response_format["type"] in info.value.message

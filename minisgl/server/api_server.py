@@ -1,5 +1,5 @@
 """The HTTP API (chapter 02): OpenAI-compatible `/v1/chat/completions`, `/v1/completions` and
-`/v1/models`, plus `/health`, `/metrics` (Prometheus text, chapter 11) and the native `/generate`
+`/v1/models` (and `/v1/models/{id}`), plus `/health`, `/metrics` (Prometheus text, chapter 11) and the native `/generate`
 (which also returns token ids).
 
 Each handler validates its body, submits the prompt through the `Frontend`, and waits for the
@@ -155,8 +155,10 @@ def create_app(state: ApiState, on_startup: Callable[[Frontend], None] = lambda 
     async def require_api_key(request: Request) -> None:
         if api_key is None:
             return
-        given = request.headers.get("authorization", "").encode()
-        if not hmac.compare_digest(given, f"Bearer {api_key}".encode()):  # constant time: no timing oracle
+        # the scheme is case-insensitive (RFC 9110), the key is not
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        valid = hmac.compare_digest(given.strip().encode(), api_key.encode())  # constant time: no timing oracle
+        if scheme.lower() != "bearer" or not valid:
             raise ApiError(401, "invalid or missing API key: send the header 'Authorization: Bearer <key>'",
                            code="invalid_api_key")
 
@@ -180,10 +182,18 @@ def create_app(state: ApiState, on_startup: Callable[[Frontend], None] = lambda 
         assert state.frontend is not None
         return Response(render_metrics(state.frontend, state.args.scheduler.dp_size), media_type=CONTENT_TYPE)
 
+    def model_card() -> dict[str, Any]:
+        return {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "minisgl",
+                "max_model_len": state.context_len}
+
     @protected.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": state.model_name, "object": "model", "created": state.created,
-                                             "owned_by": "minisgl", "max_model_len": state.context_len}]}
+        return {"object": "list", "data": [model_card()]}
+
+    @protected.get("/v1/models/{model:path}")  # `path`: served names may hold a slash (org/name)
+    async def model(model: str) -> dict[str, Any]:
+        state.check_model(model)
+        return model_card()
 
     @protected.post("/v1/completions", **_documented(CompletionRequest))
     async def completions(request: Request) -> Response:

@@ -11,7 +11,8 @@ the tokenizer worker (`check_request`).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import json
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -53,9 +54,19 @@ class ErrorResponse(BaseModel):
 
 
 class _Body(BaseModel):
-    """Strict JSON: unknown fields are errors, no coercion between types, finite numbers only."""
+    """Strict JSON: unknown fields are errors, no coercion between types, finite numbers only.
+    An explicit `null` means "not set" for every optional field, and for the fields of OpenAI's
+    schema named in `NULL_MEANS_ABSENT` that this server does not implement: SDKs and frameworks
+    send such nulls. Anything else about those fields (a value, or a name outside the schema)
+    stays a 400 that names it."""
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+    NULL_MEANS_ABSENT: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def null_means_absent(cls, name: str) -> bool:
+        field = cls.model_fields.get(name)
+        return (field is not None and not field.is_required()) or name in cls.NULL_MEANS_ABSENT
 
 
 TokenId = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
@@ -65,9 +76,20 @@ class StreamOptions(_Body):
     include_usage: bool = False
 
 
+# The optional fields of OpenAI's chat and (legacy) completions request bodies that this server
+# does not implement: a null for one of them is "not set", any value a 400 naming it.
+OPENAI_UNIMPLEMENTED = frozenset({
+    "audio", "best_of", "function_call", "functions", "metadata", "modalities", "parallel_tool_calls",
+    "prediction", "prompt_cache_key", "reasoning_effort", "safety_identifier", "service_tier", "store",
+    "suffix", "tool_choice", "tools", "top_logprobs", "verbosity", "web_search_options",
+})
+
+
 class SamplingFields(_Body):
     """Fields shared by /v1/completions and /v1/chat/completions. `top_k` and `ignore_eos` are
     extensions (the openai client sends them through `extra_body`); `user` is accepted and unused."""
+
+    NULL_MEANS_ABSENT = OPENAI_UNIMPLEMENTED
 
     model: str | None = None
     max_tokens: int | None = None
@@ -107,9 +129,17 @@ class ChatMessage(_Body):
     name: str | None = None
 
 
+class ResponseFormat(_Body):
+    """OpenAI's `response_format`: only plain text is produced; the JSON modes are refused by name."""
+
+    type: str
+    json_schema: dict[str, Any] | None = None
+
+
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage]
     max_completion_tokens: int | None = None  # OpenAI's newer name for max_tokens
+    response_format: ResponseFormat | None = None
 
     def token_limits(self) -> dict[str, int | None]:
         return {**super().token_limits(), "max_completion_tokens": self.max_completion_tokens}
@@ -141,8 +171,8 @@ class GenerateRequestBody(_Body):
 
 
 REQUEST_BODIES = (CompletionRequest, ChatCompletionRequest, GenerateRequestBody)  # what the endpoints read
-_BODIES = (StreamOptions, CompletionRequest, ContentPart, ChatMessage, ChatCompletionRequest, NativeSampling,
-           GenerateRequestBody)
+_BODIES = (StreamOptions, CompletionRequest, ContentPart, ChatMessage, ResponseFormat, ChatCompletionRequest,
+           NativeSampling, GenerateRequestBody)
 _FIELD_NAMES = {name for body in _BODIES for name in body.model_fields}
 
 
@@ -160,9 +190,25 @@ def check_content_type(content_type: str | None) -> None:
 def parse_body(model: type[BaseModel], raw: bytes | str) -> Any:
     """Validate a raw JSON body; the problem becomes a one-line 400 naming its parameter."""
     try:
-        return model.model_validate_json(raw)
+        return model.model_validate_json(_without_nulls(model, raw))
     except ValidationError as error:
         raise _as_api_error(error) from None
+
+
+def _without_nulls(model: type[BaseModel], raw: bytes | str) -> bytes | str:
+    """The body less its top-level `null`s that mean "not set" (`_Body.null_means_absent`). The
+    JSON is validated as JSON afterwards, so that its rules (object keys as token ids) still hold;
+    a body that is not a JSON object goes on unchanged, for pydantic to name what is wrong."""
+    if (b"null" if isinstance(raw, bytes) else "null") not in raw:
+        return raw  # the usual body: parsed once
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):  # RecursionError: nested too deep for this parser
+        return raw
+    if not isinstance(data, dict) or not issubclass(model, _Body):
+        return raw
+    kept = {name: value for name, value in data.items() if value is not None or not model.null_means_absent(name)}
+    return raw if len(kept) == len(data) else json.dumps(kept)
 
 
 def _as_api_error(error: ValidationError) -> ApiError:
@@ -189,8 +235,14 @@ def sampling_from_openai(request: SamplingFields, default_max_tokens: int) -> tu
     what its KV cache holds."""
     if request.n not in (None, 1):
         raise ApiError(400, f"n={request.n} is not supported: this server returns one choice per request; use n=1", "n")
-    if request.logprobs:
+    if request.logprobs is not None and request.logprobs is not False:  # completions' 0 asks for them too
         raise ApiError(400, "logprobs are not supported by this server; leave logprobs unset", "logprobs")
+    if request.stream_options is not None and not request.stream:
+        raise ApiError(400, "stream_options is only allowed when stream is true", "stream_options")
+    response_format = request.response_format if isinstance(request, ChatCompletionRequest) else None
+    if response_format is not None and response_format.type != "text":
+        raise ApiError(400, f"response_format type {response_format.type!r} is not supported: this server "
+                            "produces plain text only; use {\"type\": \"text\"} or leave it unset", "response_format")
     given = {name: value for name, value in request.token_limits().items() if value is not None}
     for name, value in given.items():  # the SamplingParams rule, under each field's own name
         _sampling({"max_tokens": name}, max_tokens=value)
