@@ -3,7 +3,7 @@
 An NCCL communicator needs one secret shared by all ranks: a 128-byte `ncclUniqueId`. Rank 0 asks
 NCCL for it (`ncclGetUniqueId`), and the ranks need some channel that already works to share it:
 the gloo CPU group. Every rank then calls `ncclCommInitRank(comm, world_size, id, rank)`
-(minisgl/kernel/pynccl.py). Here `create_id` stands in for ncclGetUniqueId, so the exercise runs on
+(minisgl/distributed/pynccl.py). Here `create_id` stands in for ncclGetUniqueId, so the exercise runs on
 any CPU.
 """
 

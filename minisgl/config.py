@@ -80,7 +80,7 @@ class EngineConfig:
     # are chunked; None: sized with the KV pool (2,048 on a CPU; minisgl/engine/sizing.py)
     cuda_graph_max_bs: int | None = None  # largest decode batch replayed as a CUDA graph; 0 disables;
     # None: max_running_requests (capped at 256)
-    cpu_graph_max_bs: int | None = None  # largest decode batch replayed as a CPU graph of C calls (cpu_graph.py);
+    cpu_graph_max_bs: int | None = None  # largest decode batch replayed as a CPU graph of C calls (cpu/graphs.py);
     # 0 disables; None: max_running_requests, or max_quantized_rows where smaller
     comm_stats_dir: str | None = None  # count bytes and time of every collective; each rank writes a JSON here
     trace_dir: str | None = None  # every process of the run records its timeline here (minisgl.trace)

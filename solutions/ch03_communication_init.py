@@ -1,5 +1,5 @@
 """Chapter 03 reference: the unique-id broadcast that PyNCCLCommunicator.__init__ performs
-(minisgl/kernel/pynccl.py), as a function of its own so it runs without NCCL."""
+(minisgl/distributed/pynccl.py), as a function of its own so it runs without NCCL."""
 
 from __future__ import annotations
 

@@ -104,14 +104,17 @@ def test_qkv_replicates_kv_heads_to_the_ranks_whose_queries_use_them(tp: int) ->
     x = X[:, :16]
     q_ref = (x @ WQ.t()).view(5, 8, 4)
     k_ref = (x @ WK.t()).view(5, 2, 4)
+    v_ref = (x @ WV.t()).view(5, 2, 4)
     for rank, (local_q, local_kv, out) in enumerate(run_ranks(_qkv, tp)):
         assert (local_q, local_kv) == (8 // tp, max(1, 2 // tp))
-        q, k, _ = out.split([local_q * 4, local_kv * 4, local_kv * 4], dim=-1)
+        q, k, v = out.split([local_q * 4, local_kv * 4, local_kv * 4], dim=-1)
         torch.testing.assert_close(q.view(5, local_q, 4), q_ref[:, rank * local_q : (rank + 1) * local_q],
                                    **matmul_tolerance(x, WQ))
-        # global query head h uses KV head h // (8 / 2); this rank's first query head decides
-        kv_head = rank * local_q // 4
-        torch.testing.assert_close(k.view(5, local_kv, 4)[:, 0], k_ref[:, kv_head], **matmul_tolerance(x, WK))
+        # global query head h uses KV head h // (8 / 2); this rank's first query head decides where
+        # its KV heads start, and both k and v hold those same heads (a v shard of another head fails)
+        kv_heads = slice(rank * local_q // 4, rank * local_q // 4 + local_kv)
+        torch.testing.assert_close(k.view(5, local_kv, 4), k_ref[:, kv_heads], **matmul_tolerance(x, WK))
+        torch.testing.assert_close(v.view(5, local_kv, 4), v_ref[:, kv_heads], **matmul_tolerance(x, WV))
 
 
 def test_tp_size_errors_name_the_valid_sizes() -> None:

@@ -1,6 +1,7 @@
 """The sampler and the sampling rules, without processes: any accepted temperature gives a real
-token, logit bias and penalties follow OpenAI's definitions, a request whose row cannot be sampled
-fails alone, and `SamplingParams` refuses what it cannot honour, naming the parameter."""
+token (a huge one draws evenly), top_k and top_p keep the draws inside their sets, logit bias and
+penalties follow OpenAI's definitions, a request whose row cannot be sampled fails alone, and
+`SamplingParams` refuses what it cannot honour, naming the parameter."""
 
 from __future__ import annotations
 
@@ -39,10 +40,45 @@ def test_tiny_temperatures_give_the_most_likely_token(temperature: float) -> Non
     assert all(r.failure is None for r in reqs)
 
 
-def test_huge_temperature_samples_something_valid() -> None:
-    reqs = [_req(i, temperature=1e300, seed=i) for i in range(4)]
-    tokens = sample_every_row(_logits(4), reqs)
-    assert all(0 <= t < VOCAB for t in tokens) and all(r.failure is None for r in reqs)
+DRAWS = 400  # seeded draws per test: rows of one batch, each request with a generator of its own
+
+
+def _draws(logits: torch.Tensor, **params) -> list[int]:
+    """DRAWS tokens drawn from the one row `logits` [vocab], each by a request seeded on its own."""
+    reqs = [_req(i, seed=i, **params) for i in range(DRAWS)]
+    tokens = sample_every_row(logits.expand(DRAWS, -1).contiguous(), reqs)
+    assert all(r.failure is None for r in reqs)
+    return tokens
+
+
+def test_huge_temperature_samples_evenly_across_the_vocabulary() -> None:
+    # at temperature 1e300 every token is as likely as any other, however peaked the logits: a
+    # sampler that drops the temperature (or caps it) draws the few top tokens of these logits
+    tokens = _draws(_logits(1)[0], temperature=1e300)
+    assert all(0 <= t < VOCAB for t in tokens)
+    counts = torch.bincount(torch.tensor(tokens), minlength=VOCAB)  # uniform: 8 per token expected
+    assert (counts > 0).sum() >= 45 and counts.max() <= 24, counts.tolist()
+
+
+def test_top_k_draws_only_the_k_most_likely_tokens() -> None:
+    logits = torch.randn(VOCAB, generator=torch.Generator().manual_seed(7))  # broad at temperature 1
+    top5 = set(logits.topk(5).indices.tolist())
+    tokens = _draws(logits, temperature=1.0, top_k=5)
+    assert set(tokens) == top5  # never outside the top 5 (without top_k two thirds of draws are), all 5 drawn
+    assert set(_draws(logits, temperature=1.0)) > top5  # the same draws without top_k reach further
+
+
+def test_top_p_draws_only_from_the_nucleus() -> None:
+    # probabilities 0.4, 0.3, 0.2 on tokens 3, 11, 29, the last 0.1 spread over the other 47
+    probs = torch.full((VOCAB,), 0.1 / (VOCAB - 3))
+    probs[3], probs[11], probs[29] = 0.4, 0.3, 0.2
+    logits = probs.log()
+    # the smallest prefix reaching 0.65 is {3, 11} (0.7); 0.75 takes 29 too (0.9)
+    assert set(_draws(logits, temperature=1.0, top_p=0.65)) == {3, 11}
+    assert set(_draws(logits, temperature=1.0, top_p=0.75)) == {3, 11, 29}
+    assert len(set(_draws(logits, temperature=1.0))) > 3  # the same draws without top_p reach further
+    # top_k and top_p together: the narrower wins (top_k=2 keeps {3, 11} where top_p=0.75 keeps 29 too)
+    assert set(_draws(logits, temperature=1.0, top_k=2, top_p=0.75)) == {3, 11}
 
 
 def test_logit_bias_moves_the_greedy_choice() -> None:
