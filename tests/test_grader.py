@@ -280,6 +280,41 @@ def test_a_quiz_file_is_read_as_data(tmp_path):
         assert isinstance(problem, str) and says in problem and "scores 0" in problem, (body, problem)
 
 
+
+def test_a_quiz_file_is_read_without_following_links_and_never_raises(tmp_path):
+    """What a submission can leave where its quiz file goes: a link to the keys (the file, or the
+    whole quizzes/ folder), a FIFO, a device, a huge file, arithmetic too deep for the parser. Each
+    is one line scoring that quiz 0; none is read through, none blocks, none raises."""
+    import os
+
+    from exercises.grader import quiz
+
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    (keys / "ch99.py").write_text('Q1 = "b"\n')
+    cases = {}
+    for name, plant in {
+        "file-link": lambda q: (q / "ch99.py").symlink_to(keys / "ch99.py"),
+        "fifo": lambda q: os.mkfifo(q / "ch99.py"),
+        "device": lambda q: (q / "ch99.py").symlink_to("/dev/zero"),
+        "huge": lambda q: (q / "ch99.py").write_text("Q1 = 'b'\n" + "#" * (quiz.MAX_QUIZ_BYTES + 1)),
+        "deep-unary": lambda q: (q / "ch99.py").write_text("Q1 = " + "-" * 100_000 + "1\n"),
+        "deep-sum": lambda q: (q / "ch99.py").write_text("Q1 = " + "+".join(["1"] * 200_000) + "\n"),
+        "not-utf8": lambda q: (q / "ch99.py").write_bytes(b"Q1 = '\xff'\n"),
+    }.items():
+        folder = tmp_path / name / "quizzes"
+        folder.mkdir(parents=True)
+        plant(folder)
+        cases[name] = quiz.answers(folder / "ch99.py")
+    linked = tmp_path / "folder-link"
+    linked.mkdir()
+    (linked / "quizzes").symlink_to(keys)
+    cases["folder-link"] = quiz.answers(linked / "quizzes" / "ch99.py")
+    for name, problem in cases.items():
+        assert isinstance(problem, str) and "scores 0" in problem and '"b"' not in problem, (name, problem)
+    assert quiz.answers(keys / "ch99.py") == {"Q1": "b"}  # the same file, reached plainly, reads
+
+
 def test_a_task_s_shares_add_up_exactly():
     """352, never 351.9986: shares of 4 decimals that sum to the task's points."""
     from exercises.grader.report import exact_sum, split_points

@@ -15,14 +15,19 @@ reported as submitted, to be graded by the autograder. No message ever shows a k
 
 Answers and keys are data: a quiz file is parsed, never imported or run. Its statements may only
 be `Qn = <literal>` (a string, a number, None); anything else - an import, a call, an f-string, a
-function - makes the whole file score zero, with one line saying which line to remove.
+function - makes the whole file score zero, with one line saying which line to remove. The file
+is read as a regular file of bounded size, never through a link, and no file makes the reader
+raise (a link, a FIFO, a huge or too deeply nested file is one line scoring that quiz zero).
 """
 
 from __future__ import annotations
 
 import ast
+import errno
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -31,6 +36,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[2]
 QUESTIONS_DIR = REPO_ROOT / "exercises" / "quizzes"
 KEYS_DIR = REPO_ROOT / "solutions" / "quizzes"
+MAX_QUIZ_BYTES = 256 * 1024  # a quiz file of answers is a few hundred bytes; more is not one
 POINTS = {"choice": 1.0, "number": 1.0, "multi": 2.0, "order": 2.0}
 NUMBER_REL_TOL = 0.01
 
@@ -101,17 +107,69 @@ def _is_docstring(node: ast.stmt) -> bool:
     return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
 
 
+class _Refused(Exception):
+    """A quiz file that is not read at all; the message says why."""
+
+
+def _read_quiz_file(path: Path) -> str | None:
+    """The text of the quiz file `path` (`<root>/quizzes/chNN.py`), read without following a link
+    at either of its last two names (a submission may plant `quizzes/` or the file as a link to the
+    keys), as a regular file of at most MAX_QUIZ_BYTES: never a FIFO, a device or /dev/zero. None
+    when it is missing; a `_Refused` with the one-line reason otherwise."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: opening a FIFO never waits
+    try:
+        folder = os.open(path.parent, flags | os.O_DIRECTORY)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise _Refused(f"{path.parent.name}/ is not a plain folder ({os.strerror(error.errno)})") from None
+    try:
+        fd = os.open(path.name, flags, dir_fd=folder)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        reason = "a link" if error.errno == errno.ELOOP else os.strerror(error.errno)
+        raise _Refused(f"{path.name} is not a plain file ({reason})") from None
+    finally:
+        os.close(folder)
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise _Refused(f"{path.name} is not a plain file")
+        data = file.read(MAX_QUIZ_BYTES + 1)
+    if len(data) > MAX_QUIZ_BYTES:
+        raise _Refused(f"{path.name} is over {MAX_QUIZ_BYTES // 1024} KiB; a quiz file holds only `Qn = <answer>` lines")
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        raise _Refused(f"{path.name} is not UTF-8 text") from None
+
+
+def _shown(node: ast.AST) -> str:
+    """The start of a statement, for a message; a tree too deep to print is named, not printed."""
+    try:
+        return ast.unparse(node)[:60]
+    except (RecursionError, MemoryError, ValueError):
+        return "an expression nested too deep"
+
+
 @cache
 def answers(path: Path) -> dict[str, Any] | str | None:
     """Qn -> the value assigned in the quiz file at `path`, read without running it; a one-line
-    reason (str) when the file holds anything but `Qn = <literal>` lines; None when it is missing."""
-    if not path.is_file():
+    reason (str) when the file holds anything but `Qn = <literal>` lines, or cannot be read as a
+    plain file (`_read_quiz_file`); None when it is missing. Total: no file makes it raise."""
+    try:
+        source = _read_quiz_file(path)
+    except _Refused as refused:
+        return f"{refused}; every answer of this quiz scores 0 until it is"
+    if source is None:
         return None
     try:
-        tree = ast.parse(path.read_text())
-    except (SyntaxError, ValueError, UnicodeDecodeError) as error:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError) as error:
         return (f"line {getattr(error, 'lineno', '?')} is not valid Python ({getattr(error, 'msg', error)}); "
                 "every answer of this quiz scores 0 until the file parses")
+    except (RecursionError, MemoryError):
+        return "the file is nested too deep to parse; every answer of this quiz scores 0 until it parses"
     found: dict[str, Any] = {}
     for index, node in enumerate(tree.body):
         if index == 0 and _is_docstring(node):
@@ -119,13 +177,13 @@ def answers(path: Path) -> dict[str, Any] | str | None:
         target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
         if not (isinstance(target, ast.Name) and re.fullmatch(r"Q\d+", target.id)):
             return (f"line {node.lineno}: a quiz file holds only `Qn = <answer>` lines (and comments), found "
-                    f"{type(node).__name__.lower()} `{ast.unparse(node)[:60]}`; every answer of this quiz scores "
+                    f"{type(node).__name__.lower()} `{_shown(node)}`; every answer of this quiz scores "
                     "0 until that line goes")
         try:
             found[target.id] = ast.literal_eval(node.value)
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             return (f"line {node.lineno}: {target.id} must be a plain value (a string, a number or None), not "
-                    f"`{ast.unparse(node.value)[:60]}`; every answer of this quiz scores 0 until it is")
+                    f"`{_shown(node.value)}`; every answer of this quiz scores 0 until it is")
     return found
 
 
