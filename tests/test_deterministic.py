@@ -7,9 +7,8 @@ number of rows of the call, far more than one rounding, and only fixed-shape cal
 
 from __future__ import annotations
 
-import torch
-
 import pytest
+import torch
 import torch.nn.functional as F
 
 from minisgl import LLM
@@ -48,28 +47,24 @@ def test_row_tiles_give_each_row_the_same_bits_at_any_batch_size() -> None:
             assert torch.equal(alone[0], batched[i])
 
 
-def test_greedy_tokens_do_not_depend_on_the_batch(tiny_model_dir) -> None:
-    model_dir = tiny_model_dir("llama")  # GQA 4:1 with 2 KV heads
+def _alone_and_together(model_dir, deterministic: bool) -> tuple[list[list[int]], list[list[int]]]:
+    """The greedy tokens of 12 mixed prompts, each generated alone and all in one batch."""
     prompts = mixed_prompts(12, vocab=1001)
     # A small prefill budget chunks the long prompts differently alone and in the batch; the naive
     # cache computes every prompt afresh (a radix hit would reuse the batch's own KV for "alone").
     # One thread: a tiny model gains nothing from two, and a busy machine makes waiting threads costly
-    with LLM(model_dir, dtype="bfloat16", deterministic=True, cache="naive", max_prefill_tokens=64, num_pages=4096,
-             cpu_threads=1, progress=False) as llm:
-        together = [out.token_ids for out in llm.generate(prompts, GREEDY)]
-        alone = [llm.generate([prompt], GREEDY)[0].token_ids for prompt in prompts]
-    # With deterministic=False, prompts 1 and 11 part ways on an AVX2 CPU (torch 2.13): a row
-    # multiplied alone and inside the batch rounds differently in bf16, and close greedy choices flip.
-    assert alone == together
-
-
-def _alone_and_together(model_dir, deterministic: bool) -> tuple[list[list[int]], list[list[int]]]:
-    prompts = mixed_prompts(12, vocab=1001)
     with LLM(model_dir, dtype="bfloat16", deterministic=deterministic, cache="naive", max_prefill_tokens=64,
              num_pages=4096, cpu_threads=1, progress=False) as llm:
         together = [out.token_ids for out in llm.generate(prompts, GREEDY)]
         alone = [llm.generate([prompt], GREEDY)[0].token_ids for prompt in prompts]
     return alone, together
+
+
+def test_greedy_tokens_do_not_depend_on_the_batch(tiny_model_dir) -> None:
+    alone, together = _alone_and_together(tiny_model_dir("llama"), deterministic=True)  # GQA 4:1, 2 KV heads
+    # With deterministic=False, prompts 1 and 11 part ways on an AVX2 CPU (torch 2.13): a row
+    # multiplied alone and inside the batch rounds differently in bf16, and close greedy choices flip.
+    assert alone == together
 
 
 def test_greedy_tokens_do_not_depend_on_the_batch_even_where_matmuls_round_by_shape(

@@ -1,6 +1,6 @@
-"""The HTTP API (chapter 02): OpenAI-compatible `/v1/chat/completions`, `/v1/completions` and
-`/v1/models` (and `/v1/models/{id}`), plus `/health`, `/metrics` (Prometheus text, chapter 11) and the native `/generate`
-(which also returns token ids).
+"""The HTTP API (chapter 02): OpenAI-compatible `/v1/chat/completions`, `/v1/completions`,
+`/v1/models` and `/v1/models/{id}`, plus `/health`, `/metrics` (Prometheus text, chapter 11) and
+the native `/generate` (which also returns token ids).
 
 Each handler validates its body, submits the prompt through the `Frontend`, and waits for the
 first output before answering: an error that the tokenizer or the scheduler finds (prompt longer

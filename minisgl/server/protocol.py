@@ -187,7 +187,7 @@ def check_content_type(content_type: str | None) -> None:
                             "'Content-Type: application/json'", code="unsupported_media_type")
 
 
-def parse_body(model: type[BaseModel], raw: bytes | str) -> Any:
+def parse_body(model: type[_Body], raw: bytes | str) -> Any:
     """Validate a raw JSON body; the problem becomes a one-line 400 naming its parameter."""
     try:
         return model.model_validate_json(_without_nulls(model, raw))
@@ -195,7 +195,7 @@ def parse_body(model: type[BaseModel], raw: bytes | str) -> Any:
         raise _as_api_error(error) from None
 
 
-def _without_nulls(model: type[BaseModel], raw: bytes | str) -> bytes | str:
+def _without_nulls(model: type[_Body], raw: bytes | str) -> bytes | str:
     """The body less its top-level `null`s that mean "not set" (`_Body.null_means_absent`). The
     JSON is validated as JSON afterwards, so that its rules (object keys as token ids) still hold;
     a body that is not a JSON object goes on unchanged, for pydantic to name what is wrong."""
@@ -205,7 +205,7 @@ def _without_nulls(model: type[BaseModel], raw: bytes | str) -> bytes | str:
         data = json.loads(raw)
     except (ValueError, RecursionError):  # RecursionError: nested too deep for this parser
         return raw
-    if not isinstance(data, dict) or not issubclass(model, _Body):
+    if not isinstance(data, dict):
         return raw
     kept = {name: value for name, value in data.items() if value is not None or not model.null_means_absent(name)}
     return raw if len(kept) == len(data) else json.dumps(kept)
