@@ -76,8 +76,7 @@ def run(impl: str, task: str, requests: list[dict], timeout_s: float | None = No
     limit = timeout_s or box.job_timeout_s
     if strikes:
         limit = min(limit, SHORT_TIMEOUT_S)
-    pool = box.pool(impl, task, len(requests))
-    outcome = pool.run(requests, limit)
+    outcome = box.pool(impl, task, len(requests)).run(requests, limit)
     if outcome.missing:
         box.strikes[(impl, task)] = strikes + 1
     results, errors = {}, {}
@@ -98,7 +97,6 @@ def run(impl: str, task: str, requests: list[dict], timeout_s: float | None = No
     if world_size == 1 and errors:
         error = learner_error(errors[0])  # one process: the learner's own exception, for the test to judge
         error.seconds = outcome.seconds  # type: ignore[attr-defined]
-        error.log_tail = pool.log_tail(0)  # type: ignore[attr-defined]
         raise error
     if errors and len(errors) == world_size and all(e["not_implemented"] for e in errors.values()):
         raise NotAttempted(f"still raises NotImplementedError (on {len(errors)} of {world_size} ranks)")
@@ -107,9 +105,7 @@ def run(impl: str, task: str, requests: list[dict], timeout_s: float | None = No
         lines.append(f"  rank {rank} raised {errors[rank]['type']}: {errors[rank]['message']}")
         lines.extend("    " + line for line in errors[rank]["where"])
     for rank, why in sorted(outcome.malformed.items()):
-        lines.append(f"  rank {rank}: {why}")
-        if tail := pool.log_tail(rank, 600):
-            lines.append(f"    it printed (last lines): {tail[-600:]}")
+        lines.append(f"  rank {rank}: {why}")  # what it printed stays in its log: the grader never reads it
     lines.extend(_hang_lines(outcome.missing, results, outcome.progress, limit))
     raise RanksFailed("\n".join(lines))
 

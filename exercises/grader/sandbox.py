@@ -22,9 +22,7 @@ every descendant when the capstone starts or ends and before results.json is wri
 from __future__ import annotations
 
 import compileall
-import grp
 import json
-import mmap
 import os
 import pwd
 import select
@@ -168,9 +166,7 @@ class WorkerPool:
 
     def __init__(self, sandbox: Sandbox, name: str, impl_dir: Path, minisgl_dir: Path, world_size: int) -> None:
         self.sandbox, self.name, self.world_size = sandbox, name, world_size
-        self.progress_path = sandbox.scratch / "progress" / name
-        self.progress_path.write_bytes(bytes(SLOT.size * world_size))
-        sandbox.give(self.progress_path)
+        self.progress_path, self._progress = sandbox.new_file("progress", name, SLOT.size * world_size)
         from minisgl.utils import free_port
 
         from .ranks import choose_backend
@@ -199,8 +195,7 @@ class WorkerPool:
             try:
                 message = wire.receive(sock, deadline)
             except wire.WireError as error:
-                raise SandboxError(f"grader worker {self.name} rank {rank} did not start ({error}); its log: "
-                                   f"{self.log_tail(rank)}") from None
+                raise SandboxError(f"grader worker {self.name} rank {rank} did not start ({error})") from None
             if type(message) is not dict or message.get("kind") != "ready":
                 detail = message.get("message") if type(message) is dict else message
                 raise SandboxError(f"grader worker {self.name} rank {rank} failed to start: {str(detail)[:500]}")
@@ -213,7 +208,7 @@ class WorkerPool:
         """Send request r to rank r; wait for every reply until `timeout_s` (or ERROR_GRACE_S after
         one rank failed). A pool that did not answer whole is closed: it cannot be trusted again."""
         start = time.monotonic()
-        self.progress_path.write_bytes(bytes(SLOT.size * self.world_size))
+        os.pwrite(self._progress, bytes(SLOT.size * self.world_size), 0)
         replies: dict[int, Reply] = {}
         malformed: dict[int, str] = {}
         for rank, request in enumerate(requests):
@@ -247,30 +242,20 @@ class WorkerPool:
         return RunOutcome(replies, missing, malformed, progress, time.monotonic() - start)
 
     def read_progress(self) -> list[tuple[int, int]]:
-        """(collectives entered, index of the one it is in) per rank, as the ranks last wrote them."""
-        try:
-            data = self.progress_path.read_bytes()
-        except OSError:
-            data = b""
+        """(collectives entered, index of the one it is in) per rank, as the ranks last wrote them
+        (read through this side's handle, never by name: at most one slot per rank)."""
+        data = os.pread(self._progress, SLOT.size * self.world_size, 0)
         return [SLOT.unpack_from(data, rank * SLOT.size) if len(data) >= (rank + 1) * SLOT.size else (0, -1)
                 for rank in range(self.world_size)]
-
-    def log_tail(self, rank: int, limit: int = 1500) -> str:
-        """The end of what rank `rank`'s process printed (the learner's output, as text)."""
-        path = self.sandbox.scratch / "logs" / f"{self.name}-rank{rank}.log"
-        try:
-            with open(path, "rb") as f:
-                f.seek(max(0, path.stat().st_size - limit))
-                return f.read().decode(errors="replace").strip()
-        except OSError:
-            return ""
 
     def close(self) -> None:
         for sock in self.sockets:
             sock.close()
         self.sockets = []
-        for pid in self.pids:
-            _kill_group(pid)
+        self.sandbox.kill_groups(self.pids)
+        if self._progress >= 0:
+            os.close(self._progress)
+            self._progress = -1
 
 
 def _running(pid: int) -> bool:
@@ -282,16 +267,6 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _kill_group(pid: int) -> None:
-    """SIGKILL a worker and everything in its process group (what its code started, unless that
-    left the group: sweep() finds those)."""
-    for kill in (os.killpg, os.kill):
-        try:
-            kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
 class Sandbox:
     """One per grading run: the staged folder, the zygote, the pools. `current()` returns it."""
 
@@ -300,7 +275,13 @@ class Sandbox:
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
         self.root = Path(tempfile.mkdtemp(prefix="minisgl-sandbox-"))
         self.lib, self.scratch = self.root / "lib", self.root / "scratch"
-        for folder in ("home", "tmp", "cache/kernels", "logs", "progress", "work"):
+        # Folders that stay this process's own, so no name in them can be swapped for a link: the
+        # files this side makes for the workers (progress, zygote-log) and the parents of the
+        # folders it hands over (writable). Only scratch/ is the sandbox user's to write in.
+        for folder in ("lib", "progress", "writable", "zygote-log"):
+            (self.root / folder).mkdir()
+        (self.root / "zygote-log").chmod(0o700)
+        for folder in ("home", "tmp", "cache", "cache/kernels", "logs", "work"):
             (self.scratch / folder).mkdir(parents=True)
         shutil.copytree(HARNESS, self.lib / "harness" / "grader_child", ignore=shutil.ignore_patterns("__pycache__"))
         self._copy_kernels()
@@ -311,9 +292,11 @@ class Sandbox:
         self._zygote: subprocess.Popen | None = None
         self._capstone_mode: bool | None = None  # which copy of minisgl the live pools use
         self._pool_count = 0
+        self._zygote_starts = 0
         self._control: socket.socket | None = None
         self._publish(self.lib)
-        self.give(self.scratch)
+        for folder in ("", "home", "tmp", "cache", "cache/kernels", "logs", "work"):
+            self.give(self.scratch / folder)
         self.root.chmod(0o755 if user.separate else 0o700)
 
     # ---- the staged folder ----------------------------------------------------------------------
@@ -334,19 +317,32 @@ class Sandbox:
             for name in files:
                 os.chmod(os.path.join(folder, name), 0o644)
 
-    def give(self, path: Path) -> None:
-        """Hand `path` (and what is under it) to the sandbox user: its scratch space."""
+    def give(self, folder: Path) -> None:
+        """Hand `folder`, which this process just made, to the sandbox user: opened without following
+        a link, its owner changed through that handle (a name swapped for a link is refused)."""
         if not self.user.separate:
             return
-        for folder, _, files in os.walk(path) if path.is_dir() else [(str(path.parent), [], [path.name])]:
-            if path.is_dir():
-                os.chown(folder, self.user.uid, self.user.gid)
-            for name in files:
-                os.chown(os.path.join(folder, name), self.user.uid, self.user.gid)
+        handle = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchown(handle, self.user.uid, self.user.gid)
+        finally:
+            os.close(handle)
+
+    def new_file(self, folder: str, name: str, size: int) -> tuple[Path, int]:
+        """A new zero-filled file of `size` bytes in this process's `folder` that the sandbox user may
+        write, and this side's read-write handle on it: made here (O_EXCL, never a planted link),
+        read back only through the handle."""
+        path = self.root / folder / name
+        handle = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        os.ftruncate(handle, size)
+        if self.user.separate:
+            os.fchown(handle, self.user.uid, self.user.gid)
+        return path, handle
 
     def writable_dir(self, name: str) -> Path:
-        """A fresh folder the learner's code may write in (a test's marker files, ipc sockets)."""
-        path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.scratch / "work"))
+        """A fresh folder the learner's code may write in (a test's ipc sockets), made in a folder of
+        this process's own, so that its name cannot be swapped before it is handed over."""
+        path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.root / "writable"))
         self.give(path)
         return path
 
@@ -400,15 +396,53 @@ class Sandbox:
                 env[name] = value
         return env
 
+    def _off_limits(self) -> list[Path]:
+        """What the sandbox user must not read: the reference, the quiz keys, the hidden tests and the
+        real engine's source (each folder, and a few files in it: a folder that cannot be listed
+        may still let a file through by its name)."""
+        import minisgl
+
+        folders = [COURSE_ROOT / "solutions", COURSE_ROOT / "solutions" / "quizzes",
+                   COURSE_ROOT / "exercises" / "tests" / "hidden", Path(minisgl.__file__).resolve().parent]
+        paths = []
+        for folder in (f for f in folders if f.is_dir()):
+            paths += [folder, *sorted(folder.glob("*.py"))[:3]]
+        return paths
+
+    def _probe(self) -> None:
+        """Refuse to start when the sandbox user can read anything off limits: asked as that user, by
+        a tiny interpreter that tries to list or open each path and prints those it could."""
+        probe = ("import os, sys\n"
+                 "for p in sys.argv[1:]:\n"
+                 "    try:\n"
+                 "        os.listdir(p) if os.path.isdir(p) else open(p, 'rb').close()\n"
+                 "        print(p)\n"
+                 "    except OSError:\n"
+                 "        pass\n")
+        try:
+            done = subprocess.run([sys.executable, "-I", "-c", probe, *map(str, self._off_limits())],
+                                  user=self.user.uid, group=self.user.gid, extra_groups=[], env=self._environment(),
+                                  cwd=self.scratch / "work", stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=START_TIMEOUT_S)
+        except (OSError, subprocess.SubprocessError):
+            return  # an interpreter it cannot start: the zygote's start says why
+        readable = done.stdout.splitlines()
+        if readable:
+            raise SandboxError(f"the sandbox user {self.user.name} can read {readable[0]}: learner code must not; "
+                               "make the course readable by root alone (chmod 700 its folder)")
+
     def _start_zygote(self) -> None:
         import minisgl
 
+        if self.user.separate and not self._zygote_starts:
+            self._probe()
         course_roots = sorted({str(COURSE_ROOT), str(Path(minisgl.__file__).resolve().parents[1])})
         nproc = SANDBOX_NPROC if self.user.separate else None
         control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         boot = (f"import sys; sys.path.insert(0, {str(self.lib / 'harness')!r}); "
                 f"from grader_child.zygote import main; main({theirs.fileno()}, {course_roots!r}, {nproc!r})")
-        log = open(self.scratch / "logs" / "zygote.log", "ab")
+        self._zygote_starts += 1  # a fresh log each start, in a folder of this process's own
+        _, log = self.new_file("zygote-log", f"zygote{self._zygote_starts}.log", 0)
         kwargs: dict[str, Any] = {}
         if self.user.separate:
             kwargs = {"user": self.user.uid, "group": self.user.gid, "extra_groups": []}
@@ -419,14 +453,15 @@ class Sandbox:
                 start_new_session=True, **kwargs)
         finally:
             theirs.close()
-            log.close()
         control.settimeout(START_TIMEOUT_S)
         try:
             ready = control.recv(1 << 16)
         except (socket.timeout, OSError):
             ready = b""
+        # what the zygote printed before any learner code ran (its workers print to logs of their own)
+        tail = os.pread(log, 800, max(0, os.fstat(log).st_size - 800)).decode(errors="replace")
+        os.close(log)
         if not ready:
-            tail = (self.scratch / "logs" / "zygote.log").read_text(errors="replace")[-800:]
             who = f"user {self.user.name}" if self.user.separate else "this user"
             raise SandboxError(f"the sandbox could not start {sys.executable} as {who} (can that user read the "
                                f"interpreter and its packages?): {tail.strip() or 'no output'}")
@@ -494,14 +529,42 @@ class Sandbox:
             if pool is not None:
                 pool.close()
 
+    def descendants(self) -> list[Any]:
+        """The processes the OS says this process started, at any depth (as their subreaper, it keeps
+        even double-forked daemons among them), that run as the sandbox's user: the only processes
+        this side ever signals. Never a pid a worker reported or wrote down."""
+        import psutil
+
+        uid = self.user.uid if self.user.separate else os.getuid()
+        found = []
+        for process in psutil.Process().children(recursive=True):
+            try:
+                if process.uids().real == uid:
+                    found.append(process)
+            except psutil.Error:
+                pass
+        return found
+
+    def kill_groups(self, leaders: list[int]) -> None:
+        """SIGKILL the sandbox's processes that are a worker of `leaders` or in its process group
+        (what its code started, unless that left the group: sweep() finds those)."""
+        import psutil
+
+        for process in self.descendants():
+            try:
+                if process.pid in leaders or os.getpgid(process.pid) in leaders:
+                    process.kill()
+            except (psutil.Error, ProcessLookupError):
+                pass
+
     def sweep(self) -> None:
-        """Kill every process the sandbox started but the zygote: this process's descendants (as
-        their subreaper, it keeps even double-forked daemons among them; a sweep by user would also
-        kill another grade's sandbox running as the same user). Then reap what became our children."""
+        """Kill every process the sandbox started but the zygote (a sweep of this process's
+        descendants: one by user would also kill another grade's sandbox running as the same user).
+        Then reap what became our children."""
         import psutil
 
         keep = {self._zygote.pid} if self._zygote is not None and self._zygote.poll() is None else set()
-        doomed = {p.pid: p for p in psutil.Process().children(recursive=True) if p.pid not in keep}
+        doomed = {p.pid: p for p in self.descendants() if p.pid not in keep}
         for process in doomed.values():
             try:
                 process.kill()

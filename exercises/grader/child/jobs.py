@@ -34,6 +34,7 @@ class Context:
     groups: dict[str, Any]  # "WORLD", "cpu", "side", "half" -> process group (absent in a one-process worker)
     recorder: Recorder
     roots: dict[str, str]  # folder -> the name it is shown under in tracebacks
+    log: str  # this rank's log: what its code and the processes it started printed
     trees: list[Any] = field(default_factory=list)  # radix trees built from this job's arguments
     notes: dict[str, int] = field(default_factory=dict)  # counts a job reports even when the call raised
 
@@ -320,10 +321,29 @@ def capstone(ctx: Context, request: dict) -> dict:
     if todo:
         return {"value": None, "unfinished": todo}
     params = SamplingParams(temperature=0, max_tokens=request["new_tokens"], ignore_eos=True)
-    with LLM(model_dir, tp_size=request["tp"], dtype="float32", num_pages=256, progress=False,
-             tp_ops=LearnerTPOps()) as llm:
-        tokens = [list(out.token_ids) for out in llm.generate(request["prompts"], params)]
+    try:
+        with LLM(model_dir, tp_size=request["tp"], dtype="float32", num_pages=256, progress=False,
+                 tp_ops=LearnerTPOps()) as llm:
+            tokens = [list(out.token_ids) for out in llm.generate(request["prompts"], params)]
+    except NotImplementedError:
+        raise
+    except Exception as error:  # noqa: BLE001 - told with what the engine's ranks said before they stopped
+        raise RuntimeError(f"{type(error).__name__}: {error}{_rank_errors(ctx.log)}") from None
     return {"value": encode(tokens)}
+
+
+def _rank_errors(log: str) -> str:
+    """The engine's ranks print why they stopped to this worker's log; read here, in the sandbox,
+    and sent as part of the error (the grader reads no file a worker could have replaced)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 20_000))
+            text = f.read(20_000).decode(errors="replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in text.splitlines() if "stopped:" in line or "failed to start" in line]
+    return ("; ranks said: " + " | ".join(lines[-3:])) if lines else ""
 
 
 JOBS: dict[str, Callable[[Context, dict], dict]] = {

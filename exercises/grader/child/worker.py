@@ -77,7 +77,7 @@ def _setup(spec: dict[str, Any]) -> jobs.Context:
     recorder = Recorder(Progress(spec.get("progress"), rank), groups)
     recorder.install()  # before any learner module is imported
     roots = {spec["impl_dir"]: "", spec["minisgl_dir"]: ""}
-    return jobs.Context(rank, world_size, device, groups, recorder, roots)
+    return jobs.Context(rank, world_size, device, groups, recorder, roots, spec["log"])
 
 
 def _make_groups(rank: int, world_size: int, backend: str) -> dict[str, Any]:
