@@ -133,7 +133,7 @@ def check_reply(message: Any) -> Reply:
         else:
             fields["value"] = wire.decode(message.get("value"))
             for name, kind in (("changed", list), ("aliased", bool), ("devices", list), ("kept_alive", str),
-                               ("caller", int), ("calls", int), ("started", int), ("modified", bool), ("unfinished", str),
+                               ("calls", int), ("started", int), ("modified", bool), ("unfinished", str),
                                ("trees", list), ("trees_after_append", list)):
                 if name in message and message[name] is not None:
                     if type(message[name]) is not kind:

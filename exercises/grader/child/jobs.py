@@ -200,7 +200,7 @@ def launch(ctx: Context, request: dict) -> dict:
     finally:
         BaseProcess.start = start  # type: ignore[method-assign]
         _stop(processes)
-    return {"value": summary, "caller": os.getpid(), "started": ctx.notes["started"]}
+    return {"value": summary, "started": ctx.notes["started"]}
 
 
 def _alive(process: Any) -> bool:
