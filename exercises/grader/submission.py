@@ -43,10 +43,13 @@ def _read_inside(submission: int, relative: Path) -> bytes | None:
             flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | (os.O_DIRECTORY if part != name else 0)
             try:
                 opened = os.open(part, flags, dir_fd=handle)
-            except (FileNotFoundError, NotADirectoryError):  # not there (or a file where a folder goes)
+            except FileNotFoundError:
                 return None
             except OSError as error:
-                if error.errno == errno.ELOOP:
+                # a link gives ELOOP, or ENOTDIR where a folder is opened (ENOTDIR also: a file there)
+                if error.errno == errno.ENOTDIR and not stat.S_ISLNK(os.lstat(part, dir_fd=handle).st_mode):
+                    return None
+                if error.errno in (errno.ELOOP, errno.ENOTDIR):
                     raise Refused(f"{'/'.join(relative.parts)}: a link (or a path through one); upload the "
                                   "file itself") from None
                 raise Refused(f"{'/'.join(relative.parts)}: cannot be opened ({error.strerror})") from None
