@@ -315,6 +315,38 @@ def test_a_quiz_file_is_read_without_following_links_and_never_raises(tmp_path):
     assert quiz.answers(keys / "ch99.py") == {"Q1": "b"}  # the same file, reached plainly, reads
 
 
+def test_a_submission_is_taken_without_following_links(tmp_path):
+    """What an upload can hold where a task or quiz file goes: a link to the keys (the file, or the
+    whole quizzes/ folder), a link out of the submission, a FIFO, a device, a huge file. Each is
+    refused with one line and graded as the stub; none is read through, none blocks. (The old
+    collect copied through links: the keys became the student's answers.)"""
+    import os
+
+    from exercises.grader.submission import MAX_BYTES, collect
+
+    exercises = tmp_path / "exercises"
+    (exercises / "quizzes").mkdir(parents=True)
+    for name in ("ch00_a.py", "ch01_b.py", "ch02_c.py", "ch03_d.py", "ch04_e.py", "quizzes/ch00.py"):
+        (exercises / name).write_text("stub\n")
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    (keys / "ch00.py").write_text('Q1 = "b"\n')
+    upload = tmp_path / "upload" / "exercises"
+    upload.mkdir(parents=True)
+    (upload / "ch00_a.py").write_text("mine\n")
+    (upload / "ch01_b.py").symlink_to(keys / "ch00.py")
+    os.mkfifo(upload / "ch02_c.py")
+    (upload / "ch03_d.py").symlink_to("/dev/zero")
+    (upload / "ch04_e.py").write_text("#" * (MAX_BYTES + 1))
+    (upload / "quizzes").symlink_to(keys, target_is_directory=True)
+    taken, missing, refused = collect(upload.parent, exercises)
+    assert taken == ["ch00_a.py"] and missing == [] and len(refused) == 5, (taken, missing, refused)
+    assert all("\n" not in line for line in refused)
+    assert (exercises / "ch00_a.py").read_text() == "mine\n"
+    assert [(exercises / n).read_text() for n in ("ch01_b.py", "ch02_c.py", "ch03_d.py", "ch04_e.py",
+                                                   "quizzes/ch00.py")] == ["stub\n"] * 5
+
+
 def test_a_task_s_shares_add_up_exactly():
     """352, never 351.9986: shares of 4 decimals that sum to the task's points."""
     from exercises.grader.report import exact_sum, split_points

@@ -7,7 +7,8 @@ hidden test, and nothing the submission started outlives the grade.
 With root and an interpreter an unprivileged user can run, the bundle runs learner code as
 `nobody`, and the checks that need that user (the real engine and the keys unreadable, the results
 folder unwritable) run too; elsewhere those few checks skip with the reason, and the rest - what the
-process boundary alone must stop - still run. One bundle run for all the cheats (world size 2).
+process boundary alone must stop - still run. One bundle run for all the cheats (world size 2), and one
+more for round 2 (tests/redteam/round2/: what the privileged side touches), on the test files it attacks.
 Instructor material: a student release leaves this file and tests/redteam/ out.
 """
 
@@ -119,34 +120,45 @@ def _submission(work: Path, mark: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    work = tmp_path_factory.mktemp("redteam")
-    mark = Path(tempfile.mkdtemp(prefix="redteam-marks-"))
-    mark.chmod(0o777)  # the cheats leave notes here, whatever user they run as
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The autograder bundle, built once for both rounds."""
+    return release_tool.build_autograder(tmp_path_factory.mktemp("bundle") / "autograder.zip")
+
+
+def _run_bundle(bundle: Path, work: Path, submission: Path, pytest_args: str) -> dict:
+    """Grade `submission` through the bundle's run_autograder as Gradescope runs it (as `nobody` where
+    this is root and that user can run the interpreter)."""
     no_user = sandbox_user_problem(sys.executable)
     root = work / "autograder"
-    with zipfile.ZipFile(release_tool.build_autograder(work / "autograder.zip")) as archive:
+    with zipfile.ZipFile(bundle) as archive:
         archive.extractall(root / "source")
     (root / "source" / "run_autograder").chmod(0o755)
-    submission = _submission(work, mark)
     shutil.move(str(submission), root / "submission")
     env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable,
-           "AUTOGRADER_PYTEST_ARGS": "--world-sizes 2 --rank-timeout 8",
-           "AUTOGRADER_SANDBOX_USER": "" if no_user else USER}
+           "AUTOGRADER_PYTEST_ARGS": pytest_args, "AUTOGRADER_SANDBOX_USER": "" if no_user else USER}
     env.pop("PYTHONPATH", None)
     started = time.monotonic()
     done = subprocess.run(["bash", str(root / "source" / "run_autograder")], capture_output=True, text=True,
                           timeout=RUN_TIMEOUT_S, env=env, cwd=work)
     results_path = root / "results" / "results.json"
-    first = results_path.read_text() if results_path.is_file() else None
+    return {"returncode": done.returncode, "output": done.stdout + done.stderr, "no_user": no_user,
+            "first": results_path.read_text() if results_path.is_file() else None, "results_path": results_path,
+            "seconds": time.monotonic() - started}
+
+
+@pytest.fixture(scope="module")
+def graded(bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    work = tmp_path_factory.mktemp("redteam")
+    mark = Path(tempfile.mkdtemp(prefix="redteam-marks-"))
+    mark.chmod(0o777)  # the cheats leave notes here, whatever user they run as
+    run = _run_bundle(bundle, work, _submission(work, mark), "--world-sizes 2 --rank-timeout 8")
     # a daemon that survived the grade would rewrite it (it looks every 0.5 s): read the grade again
     # once every daemon the submission started is gone, or after a generous wait for them to go
     deadline = time.monotonic() + 60
     while _live_daemons(mark) and time.monotonic() < deadline:
         time.sleep(0.1)
-    yield {"returncode": done.returncode, "output": done.stdout + done.stderr, "first": first,
-           "later": results_path.read_text() if results_path.is_file() else None, "mark": mark, "no_user": no_user,
-           "seconds": time.monotonic() - started}
+    results_path = run.pop("results_path")
+    yield run | {"later": results_path.read_text() if results_path.is_file() else None, "mark": mark}
     shutil.rmtree(mark, ignore_errors=True)
 
 
@@ -241,3 +253,107 @@ def test_the_red_team_covers_enough_distinct_cheats():
     quizzes = list((REDTEAM / "quizzes").glob("ch*.py"))
     assert len(CHEATS) + len(quizzes) >= 15 + 15
     assert len({cheat for cheat, _, _ in CHEATS.values()}) == len(CHEATS)
+
+
+# ---- round 2: what the privileged side touches (issue 41, kinds 1 and 2) -----------------------------
+# A second submission, graded in one more bundle run on the few test files its cheats attack: files
+# that are links, FIFOs or devices in the submission; links planted in the sandbox's scratch folders;
+# a launcher that starts nothing and writes the evidence and pid files a grader might trust.
+ROUND2 = REDTEAM / "round2"
+ROUND2_FILES = ("test_ch00_getting_started.py", "test_ch01_tp_first_principles.py", "test_ch02_launch.py",
+                "test_ch11_kv_memory.py", "test_ch12_beyond_one_machine.py", "test_quizzes.py")
+# task -> (the cheat, what stops it)
+CHEATS_2: dict[str, tuple[str, str]] = {
+    "01-tp-first-principles/column-forward": ("the task file is a link to answers outside the submission",
+                                              "submission files are opened without following links"),
+    "01-tp-first-principles/row-forward": ("(the same linked file)", "submission files are opened without following links"),
+    "02-launch/start-ranks": ("starts nothing: reads the scenario from its target, writes the evidence files, and "
+                              "pid files naming the grader and pid 1", "roles told over the grader's socket; "
+                              "ranks known from the kernel; kills only the sandbox's own descendants"),
+    "11-kv-memory/match": ("its log swapped for a link to a key file, then the process ends",
+                           "the grader reads no log"),
+    "11-kv-memory/evict": ("links planted where the next progress files go", "progress files made O_EXCL, the grader's own"),
+    "12-beyond-one-machine/node-layout": ("the zygote's log swapped for a link, the zygote killed",
+                                          "each zygote log made O_EXCL in a folder of the grader's own"),
+}
+HONEST_2 = ("00-getting-started/rank-sum", "12-beyond-one-machine/dp-dispatch")
+REFUSED_2 = ("ch01_tp_first_principles.py", "ch05_vocab_parallelism.py", "ch06_rank0_broadcast.py", "quizzes/ch02.py")
+
+
+def _submission_2(work: Path, mark: Path, keys: Path) -> Path:
+    """Honest chapter 00 and 12 (dp-dispatch); chapter 01 a link to honest answers outside the upload;
+    quizzes/ a link to the keys; chapter 05 a FIFO, chapter 06 a link to /dev/zero; the cheats of
+    round2/ appended to the reference answers of chapters 02, 11 and 12."""
+    out = work / "submission" / "exercises"
+    out.mkdir(parents=True)
+    header = f"MARK = {str(mark)!r}\nKEYS = {str(keys / 'ch02.py')!r}\n{(REDTEAM / 'common.py').read_text()}\n"
+    for override in sorted(ROUND2.glob("ch*.py")):
+        text = (REPO / "solutions" / override.name).read_text()
+        (out / override.name).write_text(f"{text}\n\n# ---- red team, round 2 ----\n{header}{override.read_text()}")
+    shutil.copy(REPO / "solutions" / "ch00_getting_started.py", out)
+    elsewhere = mark / "ch01_tp_first_principles.py"
+    shutil.copy(REPO / "solutions" / elsewhere.name, elsewhere)
+    (out / elsewhere.name).symlink_to(elsewhere)
+    (out / "quizzes").symlink_to(keys, target_is_directory=True)
+    os.mkfifo(out / "ch05_vocab_parallelism.py")
+    (out / "ch06_rank0_broadcast.py").symlink_to("/dev/zero")
+    return out.parent
+
+
+@pytest.fixture(scope="module")
+def graded_2(bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    work = tmp_path_factory.mktemp("redteam2")
+    mark = Path(tempfile.mkdtemp(prefix="redteam2-marks-"))
+    mark.chmod(0o777)
+    (mark / "progress-target").write_text("untouched")  # root's, readable by all
+    keys = work / "autograder" / "source" / "solutions" / "quizzes"
+    ignore = " ".join(f"--ignore=exercises/tests/{p.name}" for p in (REPO / "exercises" / "tests").glob("test_*.py")
+                      if p.name not in ROUND2_FILES)
+    run = _run_bundle(bundle, work, _submission_2(work, mark, keys),
+                      f"--world-sizes 2 --rank-timeout 8 --ignore=exercises/tests/hidden {ignore}")
+    yield run | {"mark": mark}
+    shutil.rmtree(mark, ignore_errors=True)
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
+def test_round2_the_grade_is_written_and_refusals_are_said(graded_2):
+    assert graded_2["returncode"] == 0 and graded_2["first"], graded_2["output"][-3000:]
+    refused = [line for line in graded_2["output"].splitlines() if line.startswith("refused")]
+    for name in REFUSED_2:
+        assert [line for line in refused if f"{name}: " in line], f"{name} was not refused: {refused}"
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
+@pytest.mark.parametrize("task", sorted(CHEATS_2))
+def test_a_round2_cheat_earns_nothing(graded_2, task):
+    cheat, stopped_by = CHEATS_2[task]
+    score, top = _scores(graded_2)[task]
+    assert top == task_points(task) and score == 0, f"{task}: {cheat} earned {score} of {top} ({stopped_by} failed)"
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
+def test_round2_linked_keys_score_no_quiz(graded_2):
+    quizzes = [t for t in json.loads(graded_2["first"])["tests"] if t["extra_data"]["task"].endswith("/quiz")]
+    assert quizzes and not [t for t in quizzes if t["score"]], "a quiz scored through a link to the keys"
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
+@pytest.mark.parametrize("task", HONEST_2)
+def test_round2_honest_work_earns_full_marks(graded_2, task):
+    score, top = _scores(graded_2)[task]
+    assert score == top == task_points(task) > 0, f"{task}: {score} of {top}"
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
+def test_round2_no_message_shows_a_key(graded_2):
+    outputs = "\n".join(t["output"] for t in json.loads(graded_2["first"])["tests"]) + graded_2["output"]
+    keys = {line.strip() for path in quiz.KEYS_DIR.glob("ch*.py") for line in path.read_text().splitlines()
+            if re.match(r"Q\d+ = ", line)}
+    assert not [line for line in keys if line in outputs]
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
+def test_round2_no_link_planted_in_scratch_was_followed(graded_2):
+    target = graded_2["mark"] / "progress-target"
+    assert target.read_text() == "untouched" and target.stat().st_uid == os.getuid(), "a progress link was followed"
+    assert not (graded_2["mark"] / "zygote-made").exists(), "the zygote's log was opened through a planted link"
