@@ -347,6 +347,23 @@ def test_a_submission_is_taken_without_following_links(tmp_path):
                                                    "quizzes/ch00.py")] == ["stub\n"] * 5
 
 
+def test_the_sandbox_refuses_a_user_that_can_read_the_course():
+    """Here the course is readable by everyone: a sandbox for another user must refuse to start,
+    naming what that user can read, before any learner code runs. (The old sandbox started.)"""
+    from sandbox_user import USER, sandbox_user_problem
+
+    from exercises.grader import sandbox
+
+    if problem := sandbox_user_problem(sys.executable):
+        pytest.skip(problem)
+    box = sandbox.Sandbox(sandbox.User.named(USER), 10.0)
+    try:
+        with pytest.raises(sandbox.SandboxError, match=f"the sandbox user {USER} can read .*solutions"):
+            box.start()
+    finally:
+        box.close()
+
+
 def test_a_task_s_shares_add_up_exactly():
     """352, never 351.9986: shares of 4 decimals that sum to the task's points."""
     from exercises.grader.report import exact_sum, split_points
