@@ -122,6 +122,7 @@ TIMEOUT_S = 2.5  # no digit of it reads as the silent rank (3) in a message
 
 
 @pytest.mark.task("02-launch/start-ranks", weight=2)
+@pytest.mark.error_case
 @pytest.mark.timeout(150)
 def test_timeout_counts_from_the_start(impl, marker_dir):
     # Ranks 0, 1, 2 ack 0.6, 1.2 and 1.8 timeouts after the call, each within one timeout of the
@@ -141,6 +142,7 @@ def test_timeout_counts_from_the_start(impl, marker_dir):
 
 
 @pytest.mark.task("02-launch/start-ranks")
+@pytest.mark.error_case
 @pytest.mark.timeout(150)
 def test_error_ack_is_reported(impl, marker_dir):
     target = _target(marker_dir, failing=(1,))
@@ -152,6 +154,7 @@ def test_error_ack_is_reported(impl, marker_dir):
 
 
 @pytest.mark.task("02-launch/start-ranks")
+@pytest.mark.error_case
 @pytest.mark.timeout(150)
 def test_dead_rank_is_noticed(impl, marker_dir):
     target = _target(marker_dir, dying=(1,))
@@ -164,6 +167,7 @@ def test_dead_rank_is_noticed(impl, marker_dir):
 
 
 @pytest.mark.task("02-launch/start-ranks")
+@pytest.mark.error_case
 @pytest.mark.timeout(150)
 def test_rejects_bad_arguments(impl, marker_dir):
     target = _target(marker_dir)
