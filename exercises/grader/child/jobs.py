@@ -308,22 +308,25 @@ def tree_data(tree: Any) -> dict:
 
 # ---- chapter 15: the engine serving with the learner's tensor parallelism -------------------------
 def capstone(ctx: Context, request: dict) -> dict:
-    """Greedy tokens of the real engine running the learner's TP steps, or the first step that is
-    still a stub."""
+    """Greedy tokens of the real engine running the learner's TP steps, with how often the engine's
+    ranks called each step ({"tokens", "calls"}), or the first step that is still a stub."""
+    from multiprocessing.sharedctypes import RawArray
+
     from minisgl import LLM, SamplingParams
     from minisgl.models.config import ModelConfig
 
-    from .tpops import LearnerTPOps, unfinished
+    from .tpops import STEPS, LearnerTPOps, unfinished
 
     model_dir = request["model_dir"]
     todo = unfinished(learner.PACKAGE, ModelConfig.from_dir(model_dir))
     if todo:
         return {"value": None, "unfinished": todo}
+    calls = RawArray("q", len(STEPS))  # made after the probes above: it counts the engine's calls only
     params = SamplingParams(temperature=0, max_tokens=request["new_tokens"], ignore_eos=True)
     with LLM(model_dir, tp_size=request["tp"], dtype="float32", num_pages=256, progress=False,
-             tp_ops=LearnerTPOps()) as llm:
+             tp_ops=LearnerTPOps(calls=calls)) as llm:
         tokens = [list(out.token_ids) for out in llm.generate(request["prompts"], params)]
-    return {"value": encode(tokens)}
+    return {"value": encode({"tokens": tokens, "calls": dict(zip(STEPS, calls))})}
 
 
 JOBS: dict[str, Callable[[Context, dict], dict]] = {
