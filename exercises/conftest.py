@@ -1,7 +1,9 @@
 """pytest wiring of the grader (chapter 00): the implementation under test (`--impl`), the world
 sizes of multi-rank tests, the sandbox the learner's code runs in (`--sandbox-user`,
-`--rank-timeout`), one `chNN` marker per chapter derived from each test's task id, and the grade
-report. Options are registered in the repository's root conftest.py."""
+`--rank-timeout`), each task's time budget (`--task-budget`), one `chNN` marker per chapter derived
+from each test's task id, and the grade report. Everything the grader's process will import is
+imported at collection, before any learner code runs (preload.py). Options are registered in the
+repository's root conftest.py."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from exercises.grader import adapters, quiz, sandbox
+from exercises.grader import adapters, budget, preload, quiz, sandbox
 from exercises.grader.chapters import chapter_of
 from exercises.grader.off_limits import CAPSTONE
 from exercises.grader.outcomes import ImplementationError
@@ -21,6 +23,7 @@ from exercises.grader.report import GradeReport
 
 def pytest_configure(config: pytest.Config) -> None:
     sandbox.configure(config.getoption("--sandbox-user") or None, config.getoption("--rank-timeout"))
+    budget.configure(config.getoption("--task-budget"))
     config.pluginmanager.register(GradeReport(config), "minisgl-grade-report")
 
 
@@ -63,6 +66,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for spec in impls:  # quiz answers read now, before any learner code runs anywhere
         for chapter in quiz.quiz_chapters():
             quiz.answers(Path(spec) / "quizzes" / f"ch{chapter}.py")
+    preload.everything(capstone=any(_task(item) == CAPSTONE for item in kept))
     config.pluginmanager.get_plugin("minisgl-grade-report").assign_points(items)
 
 
@@ -70,6 +74,26 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """The capstone's tests last (in order otherwise): its copy of minisgl keeps functions the other
     tasks' copy cuts out, so the sandbox switches to it once and never back."""
     session.items.sort(key=lambda item: _task(item) == CAPSTONE)
+    budget.current().plan((_budget_key(item), item.get_closest_marker("task")) for item in session.items if _task(item))
+
+
+def _budget_key(item: pytest.Item) -> budget.Key:
+    """(the implementation graded, the task) a test's time is charged to."""
+    impl = getattr(item, "callspec", None) and item.callspec.params.get("impl")
+    return impl or next(iter(_impls(item.config))), _task(item)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _task(item):
+        budget.current().start(_budget_key(item))  # OverBudget: the test fails at once, unrun
+
+
+@pytest.hookimpl(hookwrapper=True, trylast=True)
+def pytest_runtest_teardown(item: pytest.Item):
+    yield
+    if _task(item):
+        budget.current().stop(_budget_key(item))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

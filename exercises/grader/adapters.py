@@ -280,7 +280,8 @@ def dispatch_plan(impl: str, topk_ids: Any, expert_rank: Any, num_ranks: int, on
 def capstone(impl: str, model_dir: str, tp: int, prompts: list[list[int]], new_tokens: int,
              timeout_s: float) -> RankResult:
     """The real engine at `tp` serving the checkpoint in `model_dir` with the learner's TP steps:
-    value, the greedy tokens per prompt; extra["unfinished"], the first step still a stub."""
+    value, {"tokens": the greedy tokens per prompt, "calls": step -> how often the engine's ranks called
+    it}; extra["unfinished"], the first step still a stub."""
     body = {"job": "capstone", "model_dir": model_dir, "tp": tp, "prompts": prompts, "new_tokens": new_tokens}
     return run_one(impl, CAPSTONE, body, timeout_s)
 

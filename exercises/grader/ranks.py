@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import sandbox
+from . import budget, sandbox
 from .child.collectives import NOT_IN_A_COLLECTIVE, TORCH_COLLECTIVES
 from .outcomes import NotAttempted, WrongAnswer, learner_error
 
@@ -73,7 +73,7 @@ def run(impl: str, task: str, requests: list[dict], timeout_s: float | None = No
     if strikes >= STRIKES_BEFORE_SKIP:
         raise RanksFailed(f"not run: your code for {task} hung {strikes} times already in this grade, so its "
                           "remaining tests are skipped (each would wait for the time limit)")
-    limit = timeout_s or box.job_timeout_s
+    limit = budget.job_limit(impl, task, timeout_s or box.job_timeout_s)
     if strikes:
         limit = min(limit, SHORT_TIMEOUT_S)
     outcome = box.pool(impl, task, len(requests)).run(requests, limit)

@@ -1,7 +1,8 @@
 """The grade report: classifies every graded test (passed, wrong, not attempted, or submitted: a
 quiz answer where no key is at hand), shortens every failure to its message (a hidden test's
 source never shows), splits each task's points exactly over its tests, writes a Gradescope-style
-`results.json` once every sandboxed process is gone, and prints a per-chapter score table."""
+`results.json` once every sandboxed process is gone, and prints a per-chapter score table. Before
+it writes, the rules of scoring.py fail the passed tests whose points wait on others."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from . import sandbox
+from . import sandbox, scoring
 from .chapters import CHAPTERS, chapter_of, task_points
 from .outcomes import ImplementationError, LearnerRaised, NotAttempted, Submitted, WrongAnswer
 
@@ -32,6 +33,7 @@ class Record:
     impl: str = ""  # the resolved --impl spec this test graded
     outcome: str = "failed"  # passed | failed | not_attempted | submitted | error | skipped
     output: str = ""
+    error_case: bool = False  # marked `error_case`: scores once the task's value cases pass (scoring.py)
 
     @property
     def chapter(self) -> str:
@@ -75,7 +77,8 @@ class GradeReport:
         if record is None:
             impl = _impl_of(item) or getattr(item, "funcargs", {}).get("impl", "")
             points = self.points.get(item.nodeid, 0.0)
-            record = self.records[item.nodeid] = Record(item.nodeid, marker.args[0], points, impl)
+            record = self.records[item.nodeid] = Record(item.nodeid, marker.args[0], points, impl,
+                                                        error_case=item.get_closest_marker("error_case") is not None)
         if record.outcome in ("not_attempted", "submitted", "error") and report.when == "teardown":
             return  # keep the first reason
         if report.passed and report.when == "call":
@@ -137,6 +140,7 @@ class GradeReport:
         sandbox.shutdown()  # every process that ran learner code is gone before the grade is written
         if not self.records:
             return
+        scoring.settle(self.records.values())
         tests = [
             {
                 "name": f"{r.task}: {r.nodeid.split('::', 1)[-1]}",

@@ -88,6 +88,7 @@ def test_row_forward(run_ranks, world_size, dtype, bias, tp):
 
 
 @pytest.mark.task("01-tp-first-principles/column-forward")
+@pytest.mark.error_case
 def test_column_forward_rejects_mismatched_shapes(impl):
     x, weight, b = _linear_case(seed=1, bias=True, dtype=torch.float32)
     assert_value_error("column_parallel_forward given x with 35 features for a weight shard of 36",
@@ -97,6 +98,7 @@ def test_column_forward_rejects_mismatched_shapes(impl):
 
 
 @pytest.mark.task("01-tp-first-principles/row-forward")
+@pytest.mark.error_case
 @pytest.mark.timeout(180)
 def test_row_forward_rejects_mismatched_shapes(run_ranks, world_size):
     # every rank gets the same wrong shapes and must raise before any collective: a rank that raised

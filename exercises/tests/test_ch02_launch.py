@@ -217,6 +217,7 @@ CHOOSE = random.SystemRandom()  # which rank fails how is drawn per grade: the t
 
 
 @pytest.mark.task("02-launch/start-ranks", weight=2)
+@pytest.mark.error_case
 @pytest.mark.timeout(150)
 def test_timeout_counts_from_the_start(impl, desk):
     # The other ranks ack 0.6, 1.2 and 1.8 timeouts after the call, each within one timeout of the
@@ -239,6 +240,7 @@ def test_timeout_counts_from_the_start(impl, desk):
 
 
 @pytest.mark.task("02-launch/start-ranks")
+@pytest.mark.error_case
 @pytest.mark.timeout(150)
 def test_error_ack_is_reported(impl, desk):
     failing = CHOOSE.choice((0, 1))
@@ -251,6 +253,7 @@ def test_error_ack_is_reported(impl, desk):
 
 
 @pytest.mark.task("02-launch/start-ranks")
+@pytest.mark.error_case
 @pytest.mark.timeout(150)
 def test_dead_rank_is_noticed(impl, desk):
     dying = CHOOSE.choice((0, 1))
@@ -264,6 +267,7 @@ def test_dead_rank_is_noticed(impl, desk):
 
 
 @pytest.mark.task("02-launch/start-ranks")
+@pytest.mark.error_case
 @pytest.mark.timeout(150)
 def test_rejects_bad_arguments(impl, desk):
     for world_size, timeout_s in ((0, 10.0), (2, 0.0)):

@@ -100,6 +100,7 @@ def test_shard_qkv(impl, heads, kv, tp, dtype):
 
 
 @pytest.mark.task("04-weight-sharding/qkv-gqa")
+@pytest.mark.error_case
 def test_shard_qkv_rejects_what_does_not_split(impl):
     q, k, v = (_numbered(heads * HEAD_DIM, HIDDEN) for heads in (HEADS, KV_HEADS, KV_HEADS))
     k1, v1 = k[:HEAD_DIM], v[:HEAD_DIM]  # one KV head: 3 ranks may share it, but 8 query heads do not split 3 ways
@@ -183,6 +184,7 @@ def test_shard_rules(impl, tp, dtype):
 
 
 @pytest.mark.task("04-weight-sharding/shard-rules")
+@pytest.mark.error_case
 def test_shard_rules_reject_uneven_splits(impl):
     config, layer = _config(), "model.layers.0."
     for name, shape, tp in ((layer + "mlp.gate_proj.weight", (INTERMEDIATE, HIDDEN), 5),
@@ -267,6 +269,7 @@ def test_shard_and_merge(impl, tp, tied, order, dtype):
 
 
 @pytest.mark.task("04-weight-sharding/shard-then-merge")
+@pytest.mark.error_case
 def test_shard_and_merge_names_missing_parts(impl):
     checkpoint = sorted((n, t) for n, t in _checkpoint().items() if "v_proj" not in n)
     assert_value_error("shard_and_merge of a checkpoint without v_proj",

@@ -82,6 +82,7 @@ def test_lm_head(run_ranks, world_size, dtype, tp, positions):
 
 
 @pytest.mark.task("05-vocab-parallelism/vocab-embedding")
+@pytest.mark.error_case
 def test_vocab_embedding_rejects_a_wrong_shard(impl):
     ids, shard = torch.arange(VOCAB), torch.randn(VOCAB - 1, HIDDEN)  # at tp = 1 the shard is the whole table
     assert_value_error(f"vocab_parallel_embedding given 10 rows for V={VOCAB} at tp=1",
@@ -89,6 +90,7 @@ def test_vocab_embedding_rejects_a_wrong_shard(impl):
 
 
 @pytest.mark.task("05-vocab-parallelism/lm-head")
+@pytest.mark.error_case
 def test_lm_head_rejects_a_wrong_shard(impl):
     hidden, shard = torch.randn(2, HIDDEN), torch.randn(VOCAB + 1, HIDDEN)
     assert_value_error(f"parallel_lm_head given 12 rows for V={VOCAB} at tp=1",

@@ -52,6 +52,7 @@ def test_tp_mlp(run_ranks, world_size, dtype, tokens, tp):
 
 
 @pytest.mark.task("07-tp-decoder-layer/tp-mlp")
+@pytest.mark.error_case
 @pytest.mark.timeout(180)
 def test_tp_mlp_rejects_an_intermediate_size_tp_does_not_divide(run_ranks, world_size):
     x, down = torch.randn(2, HIDDEN), torch.randn(HIDDEN, 10)
@@ -99,6 +100,7 @@ BAD_TP = [("smollm2-135m", SMOLLM2_135M, 2, "1, 3"), ("tiny-llama", TINY_LLAMA, 
 
 
 @pytest.mark.task("07-tp-decoder-layer/local-shapes")
+@pytest.mark.error_case
 @pytest.mark.parametrize("model,config,tp,valid", BAD_TP, ids=[f"{m}-tp{t}" for m, _, t, _ in BAD_TP])
 def test_local_shapes_rejects_bad_tp(impl, model, config, tp, valid):
     assert_value_error(f"local_shapes({model}, tp={tp})", lambda: adapters.local_shapes(impl, dict(config), tp, 2),
@@ -106,6 +108,7 @@ def test_local_shapes_rejects_bad_tp(impl, model, config, tp, valid):
 
 
 @pytest.mark.task("07-tp-decoder-layer/local-shapes")
+@pytest.mark.error_case
 def test_local_shapes_names_a_missing_key(impl):
     config = {k: v for k, v in LLAMA_31_8B.items() if k != "intermediate_size"}
     assert_value_error("local_shapes of a config without intermediate_size",

@@ -78,6 +78,7 @@ def test_node_layout_returns_plain_ints(impl):
 
 
 @pytest.mark.task(LAYOUT)
+@pytest.mark.error_case
 @pytest.mark.parametrize(("args", "mentions"), [
     ((0, 1, 0, 1, 1), "tp_size"), ((2, 0, 0, 1, 1), "nnodes"), ((2, 1, 0, 0, 1), "dp_size"),
     ((2, 1, 0, 1, 0), "gpus_per_node"), ((6, 4, 0, 1, 1), "nnodes"), ((4, 2, 2, 1, 1), "node_rank"),
@@ -139,6 +140,7 @@ def test_loads_are_left_unchanged(impl):
 
 
 @pytest.mark.task(DISPATCH)
+@pytest.mark.error_case
 @pytest.mark.parametrize(("policy", "loads", "mentions"), [
     ("random", [0, 0], "random"), ("Round-Robin", [0, 0], "Round-Robin"), ("least-load", [], ""),
     ("round-robin", [], ""),

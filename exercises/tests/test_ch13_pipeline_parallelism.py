@@ -64,6 +64,7 @@ def test_split_returns_plain_ints(impl):
 
 
 @pytest.mark.task(SPLIT)
+@pytest.mark.error_case
 @pytest.mark.parametrize(("args", "mentions"), [((4, 0), "pp_size"), ((4, -2), "pp_size"), ((2, 3), "pp_size")],
                          ids=["zero", "negative", "more-stages-than-layers"])
 def test_split_errors(impl, args, mentions):
@@ -103,6 +104,7 @@ def test_one_stage_holds_a_tied_table_once(impl):
 
 
 @pytest.mark.task(WEIGHTS)
+@pytest.mark.error_case
 @pytest.mark.parametrize(("name", "num_layers", "pp_size", "mentions"), [
     ("model.layers.5.mlp.up_proj.weight", 5, 2, "5"), ("model.layers.12.mlp.up_proj.weight", 5, 2, "12"),
     ("model.rotary_emb.inv_freq", 5, 2, "model.rotary_emb.inv_freq"), ("embed_tokens.weight", 5, 2, "embed_tokens"),

@@ -115,6 +115,7 @@ def test_dispatch_plan_returns_int64_and_leaves_inputs_unchanged(impl):
 
 
 @pytest.mark.task(PLAN)
+@pytest.mark.error_case
 @pytest.mark.parametrize(("topk_ids", "expert_rank", "num_ranks", "mentions"), [
     ([[0, 3]], [0, 0, 1], 2, "topk_ids"), ([[-1, 0]], [0, 0, 1], 2, "topk_ids"),
     ([[0, 1]], [0, 2, 1], 2, "expert_rank"), ([[0, 1]], [0, -1], 2, "expert_rank"),

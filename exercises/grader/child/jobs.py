@@ -309,27 +309,30 @@ def tree_data(tree: Any) -> dict:
 
 # ---- chapter 15: the engine serving with the learner's tensor parallelism -------------------------
 def capstone(ctx: Context, request: dict) -> dict:
-    """Greedy tokens of the real engine running the learner's TP steps, or the first step that is
-    still a stub."""
+    """Greedy tokens of the real engine running the learner's TP steps, with how often the engine's
+    ranks called each step ({"tokens", "calls"}), or the first step that is still a stub."""
+    from multiprocessing.sharedctypes import RawArray
+
     from minisgl import LLM, SamplingParams
     from minisgl.models.config import ModelConfig
 
-    from .tpops import LearnerTPOps, unfinished
+    from .tpops import STEPS, LearnerTPOps, unfinished
 
     model_dir = request["model_dir"]
     todo = unfinished(learner.PACKAGE, ModelConfig.from_dir(model_dir))
     if todo:
         return {"value": None, "unfinished": todo}
+    calls = RawArray("q", len(STEPS))  # made after the probes above: it counts the engine's calls only
     params = SamplingParams(temperature=0, max_tokens=request["new_tokens"], ignore_eos=True)
     try:
         with LLM(model_dir, tp_size=request["tp"], dtype="float32", num_pages=256, progress=False,
-                 tp_ops=LearnerTPOps()) as llm:
+                 tp_ops=LearnerTPOps(calls=calls)) as llm:
             tokens = [list(out.token_ids) for out in llm.generate(request["prompts"], params)]
     except NotImplementedError:
         raise
     except Exception as error:  # noqa: BLE001 - told with what the engine's ranks said before they stopped
         raise RuntimeError(f"{type(error).__name__}: {error}{_rank_errors(ctx.log)}") from None
-    return {"value": encode(tokens)}
+    return {"value": encode({"tokens": tokens, "calls": dict(zip(STEPS, calls))})}
 
 
 def _rank_errors(log: str) -> str:
