@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,10 +38,23 @@ class Context:
     trees: list[Any] = field(default_factory=list)  # radix trees built from this job's arguments
     notes: dict[str, int] = field(default_factory=dict)  # counts a job reports even when the call raised
 
+    def group(self, name: str) -> Any:
+        """A group by name; "strided" (the ranks of this rank's parity: {0, 2} and {1, 3} at world
+        size 4) is made the first time a job asks for it, on every rank at once (jobs run on all)."""
+        if name == "strided" and name not in self.groups and self.world_size > 1:
+            import torch.distributed as dist
+
+            for parity in (0, 1):
+                made = dist.new_group(list(range(parity, self.world_size, 2)), backend="gloo")
+                if self.rank % 2 == parity:
+                    self.groups[name] = made
+                    self.recorder.name_group(name, made)
+        return self.groups[name]
+
     def resolve(self, tag: str, payload: Any) -> Any:
         """The grader's stand-ins in a job's arguments."""
         if tag == "group":
-            return self.groups[payload]
+            return self.group(payload)
         if tag == "device":
             return self.device
         if tag == "model_config":
@@ -76,6 +90,13 @@ def _to_device(value: Any, device: Any) -> Any:
     return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
+def _strided(tensor: Any) -> Any:
+    """`tensor`'s values in a non-contiguous layout (every element a stride of 2 apart)."""
+    spread = tensor.new_zeros(*tensor.shape, 2)
+    spread[..., 0] = tensor
+    return spread[..., 0]
+
+
 def _shares_memory(result: Any, inputs: list[Any]) -> bool:
     import torch
 
@@ -104,6 +125,8 @@ def call(ctx: Context, request: dict) -> dict:
     args = decode(request["args"], ctx.resolve)
     if request.get("on_device"):
         args = [_to_device(a, ctx.device) for a in args]
+    for index in request.get("strided") or ():  # the same values in memory that is not contiguous
+        args[index] = _strided(args[index])
     before = _snapshot(args) if request.get("watch") else None
     with tp_view(request.get("tp")), ctx.recorder.learner_calls():
         value = fn(*args)
@@ -230,7 +253,7 @@ def unique_id(ctx: Context, request: dict) -> dict:
         return mine
 
     with ctx.recorder.learner_calls():
-        got = fn(create_id, ctx.groups[request["group"]])
+        got = fn(create_id, ctx.group(request["group"]))
     return {"value": encode(got), "calls": len(calls)}
 
 
@@ -245,7 +268,7 @@ def receive(ctx: Context, request: dict) -> dict:
     from minisgl.scheduler.io import ZmqIO
 
     fn = learner.function("ch06_rank0_broadcast", "receive_step")
-    group = ctx.groups[request["group"]]
+    group = ctx.group(request["group"])
     tp_info = DistributedInfo(dist.get_rank(group), dist.get_world_size(group))
     where = os.path.join(request["ipc_dir"], f"group{dist.get_global_rank(group, 0)}")  # one set of sockets per group
     os.makedirs(where, exist_ok=True)
@@ -326,20 +349,33 @@ def capstone(ctx: Context, request: dict) -> dict:
     return {"value": encode(tokens)}
 
 
+# ---- many points of a contract in one round trip ----------------------------------------------
+def batch(ctx: Context, request: dict) -> dict:
+    """Each job of request["jobs"] in turn, each replied to as `run` replies to one job (its own
+    collectives included); one that raises does not stop the others. The replies travel as one
+    JSON string, which the grader checks reply by reply as it checks any reply."""
+    return {"value": json.dumps([_one(ctx, job) for job in request["jobs"] if job.get("job") != "batch"])}
+
+
 JOBS: dict[str, Callable[[Context, dict], dict]] = {
     "call": call, "stream": stream, "launch": launch, "unique_id": unique_id, "receive": receive,
-    "capstone": capstone,
+    "capstone": capstone, "batch": batch,
 }
 
 
-def run(ctx: Context, request: dict) -> dict:
-    """One job: {"kind": "ok", ...} or {"kind": "error", "error": ...}, with the collectives made."""
-    ctx.recorder.start_job()
+def _one(ctx: Context, request: dict) -> dict:
+    start = len(ctx.recorder.log)
     ctx.trees, ctx.notes = [], {}
     try:
         reply = {"kind": "ok", **JOBS[request["job"]](ctx, request)}
     except BaseException as error:  # noqa: BLE001 - SystemExit included: the learner's code ended the call
         reply = {"kind": "error", "error": learner.describe(error, ctx.roots), "notes": ctx.notes}
-    reply["collectives"] = ctx.recorder.log
+    reply["collectives"] = ctx.recorder.log[start:]
     return reply
+
+
+def run(ctx: Context, request: dict) -> dict:
+    """One job: {"kind": "ok", ...} or {"kind": "error", "error": ...}, with the collectives made."""
+    ctx.recorder.start_job()
+    return _one(ctx, request)
 
