@@ -148,12 +148,14 @@ def noncontiguous(request: Request, *indices: int) -> Request:
     return Request(request.task, {**request.body, "strided": list(indices)})
 
 
-def batch(requests: list[Request]) -> Request:
+def batch(requests: list[Request], labels: list[str] | None = None, stop_on_error: bool = False) -> Request:
     """Many requests of one task as one job (one round trip): run in order, each replied to on its
-    own, a raise included (`unbatch` splits the result)."""
+    own, a raise included (`unbatch` splits the result); with `stop_on_error` the first raise ends
+    the job as that error, led by its label (what the test calls that point)."""
     tasks = {r.task for r in requests}
     assert len(tasks) == 1, f"one batch is one task's, got {tasks}"
-    return Request(tasks.pop(), {"job": "batch", "jobs": [r.body for r in requests]})
+    jobs = [r.body if labels is None else {**r.body, "label": label} for r, label in zip(requests, labels or requests)]
+    return Request(tasks.pop(), {"job": "batch", "jobs": jobs, "stop_on_error": stop_on_error})
 
 
 def unbatch(result: RankResult) -> list[RankResult]:
@@ -185,10 +187,15 @@ def unbatch(result: RankResult) -> list[RankResult]:
     return results
 
 
-def on_ranks_batched(impl: str, requests: list[list[Request]], timeout_s: float | None = None) -> list[list[RankResult]]:
+def on_ranks_batched(impl: str, requests: list[list[Request]], labels: list[str] | None = None,
+                     expect_errors: bool = False, timeout_s: float | None = None) -> list[list[RankResult]]:
     """requests[r]: the calls rank r makes, in order (every rank the same number); result[i][r]:
-    rank r's result of its i-th call (`.error` set where the call raised)."""
-    per_rank = [unbatch(result) for result in on_ranks(impl, [batch(calls) for calls in requests], timeout_s)]
+    rank r's result of its i-th call. Calls that must return (the default) stop a rank's batch at
+    its first raise, which fails the job with that error, labelled by `labels[i]`: a rank that goes
+    on would meet the others in the wrong collective. With `expect_errors` (calls that must raise
+    before any collective) every call runs and `.error` says what each raised."""
+    jobs = [batch(calls, labels, stop_on_error=not expect_errors) for calls in requests]
+    per_rank = [unbatch(result) for result in on_ranks(impl, jobs, timeout_s)]
     if len({len(results) for results in per_rank}) != 1 or len(per_rank[0]) != len(requests[0]):
         raise WrongAnswer("a worker sent back fewer replies than it was sent calls")
     _not_attempted([r for results in per_rank for r in results])

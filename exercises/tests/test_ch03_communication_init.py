@@ -30,7 +30,8 @@ def test_unique_id_broadcast(impl, world_size):
     # each rank's create_id returns its own id: an id taken from the wrong rank shows
     calls = [[adapters.broadcast_unique_id(_id_of(seeds[group], rank), group) for group in groups]
              for rank in range(world_size)]
-    for group, results in zip(groups, adapters.on_ranks_batched(impl, calls)):
+    labels = [f"the {group} group(s)" for group in groups]
+    for group, results in zip(groups, adapters.on_ranks_batched(impl, calls, labels)):
         what = f"broadcast_unique_id at world size {world_size}, {group} group(s)"
         assert_returned(what, results)
         problems = []

@@ -153,7 +153,8 @@ def _checkpoint(dtype: torch.dtype = torch.float32, layers: int = 1) -> dict[str
             layer + "self_attn.o_proj.weight": (HIDDEN, HEADS * HEAD_DIM), layer + "self_attn.o_proj.bias": (HIDDEN,),
             layer + "self_attn.q_norm.weight": (HEAD_DIM,),
             layer + "post_attention_layernorm.weight": (HIDDEN,),
-            layer + "mlp.gate_proj.weight": (INTERMEDIATE, HIDDEN), layer + "mlp.up_proj.weight": (INTERMEDIATE, HIDDEN),
+            layer + "mlp.gate_proj.weight": (INTERMEDIATE, HIDDEN),
+            layer + "mlp.up_proj.weight": (INTERMEDIATE, HIDDEN),
             layer + "mlp.down_proj.weight": (HIDDEN, INTERMEDIATE),
             layer + "self_attn.rotary_emb.inv_freq": (HEAD_DIM // 2,),
         }

@@ -78,7 +78,8 @@ def test_vocab_embedding(impl, world_size, dtype):
     tables = {vocab: _table(vocab, dtype, 5) for _, vocab, _, _ in points}
     calls = [[_embedding(ids, tables[vocab], _tp_rank(rank, tp), tp, layout) for tp, vocab, layout, ids in points]
              for rank in range(world_size)]
-    for (tp, vocab, layout, ids), results in zip(points, adapters.on_ranks_batched(impl, calls)):
+    labels = [f"V={vocab}, tp={tp}, {layout} inputs, {len(ids)} tokens" for tp, vocab, layout, ids in points]
+    for (tp, vocab, layout, ids), results in zip(points, adapters.on_ranks_batched(impl, calls, labels)):
         what = (f"vocab_parallel_embedding ({dtype}, V={vocab}, tp={tp}: shards of {_shard_size(vocab, tp)} rows, "
                 f"{layout} inputs, {len(ids)} tokens; row i = table[ids[i]], ids {ids.tolist()})")
         assert_returned(what, results)
@@ -97,7 +98,7 @@ def test_lm_head(impl, world_size, dtype):
     points = [(tp, vocab, layout, positions) for tp, vocab, layout in _domain(world_size) for positions in (0, 1, 3)]
     tables = {vocab: _table(vocab, dtype, 50) for _, vocab, _, _ in points}
     generator = torch.Generator().manual_seed(50 + world_size)
-    hidden = {positions: torch.randn(positions, HIDDEN, generator=generator).to(DTYPES[dtype]) for positions in (0, 1, 3)}
+    hidden = {n: torch.randn(n, HIDDEN, generator=generator).to(DTYPES[dtype]) for n in (0, 1, 3)}
     calls = []
     for rank in range(world_size):
         mine = []
@@ -106,7 +107,8 @@ def test_lm_head(impl, world_size, dtype):
                                                 vocab, tp=(_tp_rank(rank, tp), tp))
             mine.append(adapters.noncontiguous(request, 0, 1) if layout != "contiguous" else request)
         calls.append(mine)
-    for (tp, vocab, layout, positions), results in zip(points, adapters.on_ranks_batched(impl, calls)):
+    labels = [f"V={vocab}, tp={tp}, {layout} inputs, {positions} positions" for tp, vocab, layout, positions in points]
+    for (tp, vocab, layout, positions), results in zip(points, adapters.on_ranks_batched(impl, calls, labels)):
         shard_size = _shard_size(vocab, tp)
         what = (f"parallel_lm_head ({dtype}, V={vocab}, tp={tp}: shards of {shard_size} rows, {layout} inputs, "
                 f"{positions} positions; logits = hidden @ W.T)")
@@ -130,7 +132,7 @@ def _assert_refused(impl: str, world_size: int, function: str, request) -> None:
     points = _wrong_shards(world_size)
     calls = [[request(torch.randn(rows, HIDDEN), vocab, (_tp_rank(rank, tp), tp)) for tp, vocab, rows in points]
              for rank in range(world_size)]
-    for (tp, vocab, rows), results in zip(points, adapters.on_ranks_batched(impl, calls)):
+    for (tp, vocab, rows), results in zip(points, adapters.on_ranks_batched(impl, calls, expect_errors=True)):
         assert_ranks_raise_value_error(f"{function} given {rows} rows for V={vocab} at tp={tp} (shards of "
                                        f"{_shard_size(vocab, tp)} rows), on every rank", results)
 
@@ -138,12 +140,12 @@ def _assert_refused(impl: str, world_size: int, function: str, request) -> None:
 @pytest.mark.task("05-vocab-parallelism/vocab-embedding")
 @pytest.mark.timeout(180)
 def test_vocab_embedding_rejects_a_wrong_shard(impl, world_size):
-    _assert_refused(impl, world_size, "vocab_parallel_embedding", lambda shard, vocab, tp: adapters.vocab_parallel_embedding(
-        torch.arange(vocab), shard, vocab, tp=tp))
+    _assert_refused(impl, world_size, "vocab_parallel_embedding",
+                    lambda shard, v, tp: adapters.vocab_parallel_embedding(torch.arange(v), shard, v, tp=tp))
 
 
 @pytest.mark.task("05-vocab-parallelism/lm-head")
 @pytest.mark.timeout(180)
 def test_lm_head_rejects_a_wrong_shard(impl, world_size):
-    _assert_refused(impl, world_size, "parallel_lm_head", lambda shard, vocab, tp: adapters.parallel_lm_head(
-        torch.randn(2, HIDDEN), shard, vocab, tp=tp))
+    _assert_refused(impl, world_size, "parallel_lm_head",
+                    lambda shard, vocab, tp: adapters.parallel_lm_head(torch.randn(2, HIDDEN), shard, vocab, tp=tp))

@@ -34,10 +34,13 @@ def test_receive_step(impl, world_size):
     # only each group's rank 0 is handed the payloads; the others must learn them from it
     # a folder per kind of group: the ranks go from one job of the batch to the next without waiting for
     # each other, so one group's sockets must not be rebound while another group's are still read
-    calls = [[adapters.receive_step(str(ipc_dir / group), steps if rank == adapters.group_members(rank, world_size, group)[0]
-                                    else [[] for _ in steps], group) for group in groups]
+    def pulled(rank: int, group: str) -> list[list[bytes]]:
+        return steps if rank == adapters.group_members(rank, world_size, group)[0] else [[] for _ in steps]
+
+    calls = [[adapters.receive_step(str(ipc_dir / group), pulled(rank, group), group) for group in groups]
              for rank in range(world_size)]
-    for group, results in zip(groups, adapters.on_ranks_batched(impl, calls)):
+    labels = [f"the {group} group(s)" for group in groups]
+    for group, results in zip(groups, adapters.on_ranks_batched(impl, calls, labels)):
         what = f"receive_step at world size {world_size}, {group} group(s)"
         assert_returned(what, results)
         problems = []

@@ -350,11 +350,32 @@ def capstone(ctx: Context, request: dict) -> dict:
 
 
 # ---- many points of a contract in one round trip ----------------------------------------------
+class BatchStopped(Exception):
+    """A job of a batch sent with `stop_on_error` raised: the batch ends with that job's error."""
+
+    def __init__(self, reply: dict) -> None:
+        super().__init__()
+        self.reply = reply
+
+
 def batch(ctx: Context, request: dict) -> dict:
     """Each job of request["jobs"] in turn, each replied to as `run` replies to one job (its own
-    collectives included); one that raises does not stop the others. The replies travel as one
-    JSON string, which the grader checks reply by reply as it checks any reply."""
-    return {"value": json.dumps([_one(ctx, job) for job in request["jobs"] if job.get("job") != "batch"])}
+    collectives included). The replies travel as one JSON string, which the grader checks reply by
+    reply as it checks any reply. One that raises does not stop the others, unless the batch says
+    `stop_on_error`: then the batch ends with that error, its label first ("V=5, tp=4: ..."), so a
+    rank that raised never joins the next job's collectives while the other ranks are still in this
+    job's."""
+    replies = []
+    for job in request["jobs"]:
+        if job.get("job") == "batch":
+            continue
+        replies.append(_one(ctx, job))
+        if replies[-1]["kind"] == "error" and request.get("stop_on_error"):
+            error = dict(replies[-1]["error"])
+            if type(job.get("label")) is str:
+                error["message"] = f"{job['label'][:400]}: {error['message']}"
+            raise BatchStopped({**replies[-1], "error": error})
+    return {"value": json.dumps(replies)}
 
 
 JOBS: dict[str, Callable[[Context, dict], dict]] = {
@@ -368,6 +389,8 @@ def _one(ctx: Context, request: dict) -> dict:
     ctx.trees, ctx.notes = [], {}
     try:
         reply = {"kind": "ok", **JOBS[request["job"]](ctx, request)}
+    except BatchStopped as stopped:
+        return {**stopped.reply, "collectives": ctx.recorder.log[start:]}
     except BaseException as error:  # noqa: BLE001 - SystemExit included: the learner's code ended the call
         reply = {"kind": "error", "error": learner.describe(error, ctx.roots), "notes": ctx.notes}
     reply["collectives"] = ctx.recorder.log[start:]
