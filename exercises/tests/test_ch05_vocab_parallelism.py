@@ -95,7 +95,10 @@ def test_vocab_embedding(impl, world_size, dtype):
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_lm_head(impl, world_size, dtype):
-    points = [(tp, vocab, layout, positions) for tp, vocab, layout in _domain(world_size) for positions in (0, 1, 3)]
+    # every V in both layouts (3 positions in contiguous memory, 1 in non-contiguous), and no positions at
+    # all with shards of every kind: all padding (V = 1), one short, none short
+    points = [(tp, vocab, layout, 3 if layout == "contiguous" else 1) for tp, vocab, layout in _domain(world_size)]
+    points += [(tp, vocab, "contiguous", 0) for tp in (1, world_size) for vocab in sorted({1, tp + 1, 3 * tp})]
     tables = {vocab: _table(vocab, dtype, 50) for _, vocab, _, _ in points}
     generator = torch.Generator().manual_seed(50 + world_size)
     hidden = {n: torch.randn(n, HIDDEN, generator=generator).to(DTYPES[dtype]) for n in (0, 1, 3)}
