@@ -66,7 +66,7 @@ def _kv_bad_cases() -> list[tuple[int, int, int, str]]:
     cases = [(0, tp, kv, "tp does not fit the KV heads") for kv, tp in [(3, 2), (2, 3), (4, 3), (3, 4)]]
     for kv, tp in [(2, 1), (2, 2), (1, 3), (2, 4), (8, 4)]:
         cases += [(-1, tp, kv, "rank -1 is below 0"), (tp, tp, kv, f"rank {tp} is past tp - 1 = {tp - 1}")]
-    return cases
+    return cases + [(0, 0, 2, "no rank is in [0, 0)"), (0, -1, 2, "no rank is in [0, -1)")]
 
 
 @pytest.mark.task("04-weight-sharding/qkv-gqa", weight=3)
