@@ -240,6 +240,11 @@ MUTANTS = [
     Mutant("unique-id-bytearray", CH03,
            (("    return bytes(id_bytes.tolist())", "    return bytearray(id_bytes.tolist())"),),
            "test_unique_id_broadcast", "returns a bytearray, not bytes"),
+    Mutant("unique-id-root-by-offset", CH03,
+           ((BROADCAST_ID, "dist.broadcast(id_bytes, src=dist.get_rank() - dist.get_rank(cpu_group), "
+                           "group=cpu_group)"),),
+           "test_unique_id_broadcast", "the root's global rank as this rank's minus its group rank: right for "
+           "groups of consecutive ranks only, wrong in {1, 3}", world_size=4),
     # ---- chapter 04 -------------------------------------------------------------------------
     Mutant("kv-heads-round-robin", CH04, ((KV_RETURN, "        return rank % num_kv_heads, 1"),),
            "test_shard_qkv", "replicated KV heads dealt round-robin to the wrong ranks"),
@@ -338,6 +343,33 @@ MUTANTS = [
              "    waiting: dict[str, dict[int, torch.Tensor]] = {}  # fused name -> slot -> shard\n    done = []\n"),
             ("    if waiting:\n", "    yield from done\n    if waiting:\n")),
            "test_shard_and_merge", "yields the fused tensors only after the whole checkpoint"),
+    Mutant("vocab-pads-last-rank-only", CH04,
+           (("        shard = torch.zeros(shard_size, *tensor.shape[1:], dtype=tensor.dtype, device=tensor.device)\n",
+             "        if rank < tp_size - 1:\n            return rows.clone()  # only the last shard is short\n"
+             "        shard = torch.zeros(shard_size, *tensor.shape[1:], dtype=tensor.dtype, device=tensor.device)\n"),),
+           "test_vocab_shard_rule_at_every_padding", "pads the last shard only: with V = 5 at tp = 4 the third shard "
+           "is short too"),
+    Mutant("kv-rank-negative-unchecked", CH04,
+           (("    if not 0 <= rank < tp_size:", "    if rank >= tp_size:"),),
+           "test_kv_heads_of_rank", "refuses a rank past the last but not rank -1"),
+    Mutant("qkv-rows-too-many-unchecked", CH04,
+           (("    if tensor.shape[0] != expected:", "    if tensor.shape[0] < expected:"),),
+           "test_shard_qkv_rejects_what_does_not_split", "refuses a q, k or v with too few rows, not one with too many"),
+    Mutant("shard-error-unnamed", CH04,
+           (('        raise ValueError(f"tp_size={tp_size} does not divide {what}={total}")',
+             '        raise ValueError(f"tp_size={tp_size} does not divide {total}")'),),
+           "test_shard_rules_reject_uneven_splits", "refuses an uneven split without naming the tensor"),
+    Mutant("merge-missing-unnamed", CH04,
+           (('        raise ValueError(f"the checkpoint ended with parts of {sorted(waiting)} missing")',
+             '        raise ValueError(f"the checkpoint ended with {len(waiting)} fused tensor(s) missing parts")'),),
+           "test_shard_and_merge_names_missing_parts", "says parts are missing without naming the fused tensor"),
+    Mutant("merge-keyed-by-module", CH04,
+           (("        group = waiting.setdefault(fused, {})",
+             '        key = fused.split(".", 3)[-1]  # e.g. self_attn.qkv_proj.weight\n'
+             "        group = waiting.setdefault(key, {})"),
+            ("            del waiting[fused]\n", "            del waiting[key]\n")),
+           "test_shard_and_merge", "collects the parts of a fused tensor by module, not by layer: layers whose parts "
+           "interleave are fused across layers"),
     # ---- chapter 05 -------------------------------------------------------------------------
     Mutant("vocab-mask-off-by-one", CH05,
            ((EMBED_MASK, "    mine = (input_ids > start) & (input_ids < start + shard_size)"),),
@@ -382,6 +414,44 @@ MUTANTS = [
            (('    shard_size = _shard_size(weight_shard, vocab_size, "parallel_lm_head")',
              "    shard_size = weight_shard.shape[0]"),),
            "test_lm_head_rejects_a_wrong_shard", "trusts the shard's size"),
+    Mutant("vocab-real-rows-negative", CH05,
+           ((EMBED_IDS, "    real = min(shard_size, vocab_size - start)  # the rows of this shard that hold ids\n"
+                        "    local_ids = torch.where(mine, input_ids - start, 0).clamp(0, real - 1)"),),
+           "test_vocab_embedding", "counts a shard's real rows as V - start, negative on a shard that is all padding"),
+    Mutant("lm-head-trims-last-block", CH05,
+           ((HEAD_TRIM, "    real = vocab_size - (tp - 1) * shard_size  # only the last shard is padded\n"
+                        "    return torch.cat([logits[:, :(tp - 1) * shard_size], "
+                        "logits[:, (tp - 1) * shard_size:][:, :real]], dim=1)"),),
+           "test_lm_head", "trims the padding from the last block only: V = 5 at tp = 4 pads two shards (at tp = 2 "
+           "only the last shard is ever padded)", world_size=4),
+    Mutant("vocab-shard-too-many-unchecked", CH05,
+           ((SHARD_CHECK_EMBED, "    shard_size = -(-vocab_size // get_tp_info().size)\n"
+                                "    if weight_shard.shape[0] < shard_size:\n"
+                                "        raise ValueError(f\"a shard needs {shard_size} rows\")"),),
+           "test_vocab_embedding_rejects_a_wrong_shard", "refuses a shard with too few rows, not one with too many"),
+    Mutant("lm-head-checks-primary-only", CH05,
+           (('    shard_size = _shard_size(weight_shard, vocab_size, "parallel_lm_head")',
+             "    shard_size = weight_shard.shape[0]\n"
+             "    if get_tp_info().is_primary:  # checked once, on rank 0\n"
+             '        shard_size = _shard_size(weight_shard, vocab_size, "parallel_lm_head")'),),
+           "test_lm_head_rejects_a_wrong_shard", "checks the shard on rank 0 only: the other ranks go on into the "
+           "all-gather"),
+    Mutant("lm-head-gathers-weight", CH05,
+           ((HEAD_GATHER, "    table = all_gather(weight_shard)  # [tp * shard_size, hidden]: the whole padded table\n"
+                          "    return F.linear(hidden_states, table[:vocab_size])\n" + HEAD_GATHER),),
+           "test_lm_head", "all-gathers the weight shards and computes every logit on every rank: right values, "
+           "the whole table sent instead of the logits"),
+    Mutant("vocab-reduces-table", CH05,
+           (("    return all_reduce(rows)  # exactly one rank contributed each row",
+             "    table = weight_shard.new_zeros(get_tp_info().size * shard_size, weight_shard.shape[1])\n"
+             "    table[start:start + shard_size] = weight_shard\n"
+             "    return F.embedding(input_ids, all_reduce(table))  # the whole table on every rank"),),
+           "test_vocab_embedding", "all-reduces the whole padded table, then looks every id up: right values, the "
+           "table sent instead of the rows"),
+    Mutant("vocab-ids-max-on-empty", CH05,
+           ((EMBED_MASK, "    if int(input_ids.max()) >= vocab_size:  # no tokens: max() of nothing raises\n"
+                         '        raise ValueError("an id past the vocabulary")\n' + EMBED_MASK),),
+           "test_vocab_embedding", "checks the ids with max(), which fails when there are no tokens"),
     # ---- chapter 06 -------------------------------------------------------------------------
     Mutant("count-from-last-rank", CH06,
            ((COUNT_BROADCAST, hand_count(LAST_OF_GROUP)),),
@@ -408,6 +478,10 @@ MUTANTS = [
     Mutant("count-broadcast-twice", CH06,
            ((COUNT_BROADCAST, COUNT_BROADCAST + "\n    broadcast_count(count, io.cpu_group)  # agreed, again"),),
            "test_receive_step", "broadcasts the count a second time each step"),
+    Mutant("count-src-by-offset", CH06,
+           ((COUNT_BROADCAST, hand_count("dist.get_rank() - io.tp_info.rank")),),
+           "test_receive_step", "the root's global rank as this rank's minus its group rank: wrong in {1, 3}",
+           world_size=4),
     # ---- chapter 07 -------------------------------------------------------------------------
     Mutant("mlp-merge-before-shard", CH07,
            ((MLP_GATE_UP, "    gate_up = torch.cat([gate, up])[2 * tp.rank * size:2 * (tp.rank + 1) * size]"),),

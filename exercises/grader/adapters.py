@@ -23,7 +23,7 @@ from . import quiz
 from .child import wire
 from .child.jobs import tree_data
 from .outcomes import ImplementationError, NotAttempted, WrongAnswer
-from .ranks import RankResult, run, run_one
+from .ranks import Collective, RankResult, run, run_one
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NAMED_IMPLS = {"exercises": REPO_ROOT / "exercises", "solutions": REPO_ROOT / "solutions"}
@@ -70,9 +70,25 @@ def resolve_impl(spec: str) -> str:
 # ---- the grader's stand-ins in a call's arguments ------------------------------------------------
 @dataclass(frozen=True)
 class Group:
-    """One of the process groups every rank has: "WORLD", "cpu", "side" (all ranks), "half"."""
+    """One of the process groups every rank has: "WORLD", "cpu", "side" (all ranks), "half", and
+    "strided" (the ranks of this rank's parity, made when first asked for)."""
 
     name: str
+
+
+def groups_of(world_size: int) -> list[str]:
+    """The groups a world of this size can hand out: strided ones need 4 ranks ({0}, {1} at 2 are halves)."""
+    return ["side", "half"] + (["strided"] if world_size >= 4 else [])
+
+
+def group_members(rank: int, world_size: int, group: str) -> list[int]:
+    """The global ranks of `rank`'s group, in group-rank order."""
+    if group == "side":
+        return list(range(world_size))
+    if group == "half":
+        half = world_size // 2
+        return list(range(half)) if rank < half else list(range(half, world_size))
+    return list(range(rank % 2, world_size, 2))
 
 
 @dataclass(frozen=True)
@@ -115,14 +131,90 @@ class Request:
 
 
 def call(task: str, module: str, function: str, *args: Any, tp: tuple[int, int] | None = None,
-         on_device: bool = False, watch: bool = False, alias: bool = False, append_to_result: bool = False) -> Request:
+         on_device: bool = False, watch: bool = False, alias: bool = False, append_to_result: bool = False,
+         strided: tuple[int, ...] = ()) -> Request:
     """`module.function(*args)` in the worker; `tp` sets the rank's view (rank, size) for the call,
     `on_device` moves tensor arguments to the rank's device, `watch` reports the arguments the call
-    changed, `alias` whether the result is a view of one."""
+    changed, `alias` whether the result is a view of one, `strided` the tensor arguments (by index)
+    handed over in non-contiguous memory."""
     return Request(task, {"job": "call", "module": module, "function": function,
                           "args": wire.encode(list(args), _stand_in), "tp": list(tp) if tp else None,
                           "on_device": on_device, "watch": watch, "alias": alias,
-                          "append_to_result": append_to_result})
+                          "append_to_result": append_to_result, "strided": list(strided)})
+
+
+def noncontiguous(request: Request, *indices: int) -> Request:
+    """`request` with the tensor arguments at `indices` handed over in non-contiguous memory."""
+    return Request(request.task, {**request.body, "strided": list(indices)})
+
+
+def batch(requests: list[Request], labels: list[str] | None = None, stop_on_error: bool = False) -> Request:
+    """Many requests of one task as one job (one round trip): run in order, each replied to on its
+    own, a raise included (`unbatch` splits the result); with `stop_on_error` the first raise ends
+    the job as that error, led by its label (what the test calls that point)."""
+    tasks = {r.task for r in requests}
+    assert len(tasks) == 1, f"one batch is one task's, got {tasks}"
+    jobs = [r.body if labels is None else {**r.body, "label": label} for r, label in zip(requests, labels or requests)]
+    return Request(tasks.pop(), {"job": "batch", "jobs": jobs, "stop_on_error": stop_on_error})
+
+
+def unbatch(result: RankResult) -> list[RankResult]:
+    """A batch's result, one RankResult per request (`.error` set where the learner's call raised),
+    each reply checked as the sandbox checks any reply; WrongAnswer when they cannot be read."""
+    import json
+
+    from .sandbox import MalformedReply, check_reply
+
+    try:
+        replies = [check_reply(reply) for reply in json.loads(result.value)] \
+            if isinstance(result.value, str) else None
+    except (MalformedReply, ValueError, RecursionError) as error:
+        replies, why = None, str(error)[:200]
+    else:
+        why = "not a list of replies"
+    if replies is None:
+        raise WrongAnswer(f"a worker's batch of replies could not be read ({why}); the grader sends its results "
+                          "itself: does your code print to, or close, a file it did not open?")
+    results = []
+    for reply in replies:
+        collectives = [Collective(*c) for c in reply.collectives]
+        if reply.kind == "error":
+            results.append(RankResult(None, collectives, error=reply.fields["error"]))
+            continue
+        fields = dict(reply.fields)
+        value = fields.pop("value")
+        results.append(RankResult(value, collectives, fields.pop("changed", []), fields.pop("aliased", False), fields))
+    return results
+
+
+def on_ranks_batched(impl: str, requests: list[list[Request]], labels: list[str] | None = None,
+                     expect_errors: bool = False, timeout_s: float | None = None) -> list[list[RankResult]]:
+    """requests[r]: the calls rank r makes, in order (every rank the same number); result[i][r]:
+    rank r's result of its i-th call. Calls that must return (the default) stop a rank's batch at
+    its first raise, which fails the job with that error, labelled by `labels[i]`: a rank that goes
+    on would meet the others in the wrong collective. With `expect_errors` (calls that must raise
+    before any collective) every call runs and `.error` says what each raised."""
+    jobs = [batch(calls, labels, stop_on_error=not expect_errors) for calls in requests]
+    per_rank = [unbatch(result) for result in on_ranks(impl, jobs, timeout_s)]
+    if len({len(results) for results in per_rank}) != 1 or len(per_rank[0]) != len(requests[0]):
+        raise WrongAnswer("a worker sent back fewer replies than it was sent calls")
+    _not_attempted([r for results in per_rank for r in results])
+    return [list(results) for results in zip(*per_rank)]
+
+
+def _not_attempted(results: list[RankResult]) -> None:
+    """Every call of a batch raised NotImplementedError: the task is not attempted yet."""
+    if results and all(r.error is not None and r.error["not_implemented"] for r in results):
+        raise NotAttempted(f"still raises NotImplementedError (in all {len(results)} calls)")
+
+
+def one_batched(impl: str, requests: list[Request], timeout_s: float | None = None) -> list[RankResult]:
+    """`requests` in their task's one-process worker, in one round trip; one result per request."""
+    results = unbatch(run_one(impl, requests[0].task, batch(requests).body, timeout_s))
+    if len(results) != len(requests):
+        raise WrongAnswer("the worker sent back fewer replies than it was sent calls")
+    _not_attempted(results)
+    return results
 
 
 def on_ranks(impl: str, requests: list[Request], timeout_s: float | None = None,
@@ -180,6 +272,25 @@ def broadcast_unique_id(my_id: bytes, group: str) -> Request:
 
 
 # ---- chapter 04 --------------------------------------------------------------------------------
+def kv_heads_call(rank: int, tp_size: int, num_kv_heads: int) -> Request:
+    return call(QKV, CH04, "kv_heads_of_rank", rank, tp_size, num_kv_heads)
+
+
+def shard_qkv_call(q: Any, k: Any, v: Any, rank: int, tp_size: int, num_heads: int, num_kv_heads: int,
+                   head_dim: int) -> Request:
+    return call(QKV, CH04, "shard_qkv", q, k, v, rank, tp_size, num_heads, num_kv_heads, head_dim, watch=True)
+
+
+def shard_tensor_call(name: str, tensor: Any, rank: int, tp_size: int, config: dict) -> Request:
+    return call(RULES, CH04, "shard_tensor", name, tensor, rank, tp_size, ModelConfig(config), watch=True, alias=True)
+
+
+def shard_and_merge_call(tensors: list[tuple[str, Any]], rank: int, tp_size: int, config: dict) -> Request:
+    """The learner's loader over `tensors` streamed in this order (see `shard_and_merge`)."""
+    return Request(MERGE, {"job": "stream", "checkpoint": wire.encode([list(item) for item in tensors]),
+                           "rank": rank, "tp_size": tp_size, "config": wire.encode(config)})
+
+
 def kv_heads_of_rank(impl: str, rank: int, tp_size: int, num_kv_heads: int) -> Any:
     return _value(impl, call(QKV, CH04, "kv_heads_of_rank", rank, tp_size, num_kv_heads))
 

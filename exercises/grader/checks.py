@@ -80,16 +80,42 @@ def _summary(calls: Counter) -> str:
     return ", ".join(f"{api} on {group} x{n}" for (api, group), n in sorted(calls.items())) or "none"
 
 
-def assert_collectives(what: str, results: Sequence[RankResult], expected: dict[tuple[str, str], int]) -> None:
-    """Every rank made exactly the `expected` collectives ((api, group) -> count) and no others.
+def _shape(text: str | None) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(size) for size in text.split(",") if size) if text is not None else None
+    except ValueError:
+        return None
+
+
+def assert_collectives(what: str, results: Sequence[RankResult], expected: dict[tuple[str, str], int],
+                       payloads: dict[tuple[str, str], tuple[tuple[int, ...], str]] | None = None) -> None:
+    """Every rank made exactly the `expected` collectives ((api, group) -> count) and no others, and
+    each of those named in `payloads` ((api, group) -> (shape, what that tensor is, in words)) handed
+    over a tensor of that shape (its first tensor: the input of an all-reduce or an all-gather).
 
     api: "minisgl.distributed.all_reduce", "torch.distributed.broadcast", ...; group: the job's
-    name for the group ("side", "half", "cpu", "WORLD"; "tp group" for the minisgl seam)."""
+    name for the group ("side", "half", "strided", "cpu", "WORLD"; "tp group" for the minisgl seam)."""
     for rank, result in enumerate(results):
         made = Counter((c.api, c.group) for c in result.collectives)
         if made != Counter(expected):
             raise WrongAnswer(f"{what}: rank {rank} made these collectives: {_summary(made)}; expected "
                               f"{_summary(Counter(expected))} (the chapter's collective, on the group you are given)")
+        for c in result.collectives:
+            shape, words = (payloads or {}).get((c.api, c.group), (None, ""))
+            if shape is not None and _shape(c.shape) != tuple(shape):
+                raise WrongAnswer(f"{what}: rank {rank}'s {c.api} handed over a tensor of shape {_shape(c.shape)}; "
+                                  f"expected {words}, of shape {tuple(shape)}")
+
+
+def assert_returned(what: str, results: Sequence[RankResult]) -> None:
+    """No rank's call raised (a batch's results carry the error instead of raising it)."""
+    for rank, result in enumerate(results):
+        error = result.error
+        if error is not None and error["not_implemented"]:
+            raise NotImplementedError(error["message"])
+        if error is not None:
+            where = "".join(f"\n    {line}" for line in error["where"][:3])
+            raise WrongAnswer(f"{what}: rank {rank} raised {error['type']}: {error['message']}{where}")
 
 
 def assert_value_error(what: str, call: Callable[[], Any], mentions: str = "") -> None:
@@ -121,7 +147,7 @@ def assert_ranks_raise_value_error(what: str, results: Sequence[RankResult], men
         if error["base"] != "ValueError":
             raise WrongAnswer(f"{what}: rank {rank} raised {error['type']} ({error['message']}), expected ValueError")
         if mentions not in error["message"]:
-            raise WrongAnswer(f"{what}: the ValueError should mention '{mentions}': {error['message']}")
+            raise WrongAnswer(f"{what}: rank {rank}'s ValueError should mention '{mentions}': {error['message']}")
         if before_any_collective and result.collectives:
             made = _summary(Counter((c.api, c.group) for c in result.collectives))
             raise WrongAnswer(f"{what}: rank {rank} made {made} before it raised; check the shapes before any "

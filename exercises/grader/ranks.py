@@ -26,6 +26,7 @@ class Collective:
     group: str  # the job's name for the group ("WORLD", "cpu", "side", "half"), else "another group"
     dtype: str | None  # of the first tensor handed over
     device: str | None
+    shape: str | None = None  # of that tensor, "2,11" ("" for a scalar)
 
 
 @dataclass(frozen=True)

@@ -114,8 +114,8 @@ def check_reply(message: Any) -> Reply:
         raise MalformedReply("not a reply")
     collectives = message.get("collectives", [])
     if type(collectives) is not list or len(collectives) > 10_000 or not all(
-            type(c) is list and len(c) == 4 and all(x is None or _strings(x, 100) for x in c) for c in collectives):
-        raise MalformedReply("a collectives log that is not [api, group, dtype, device] strings")
+            type(c) is list and len(c) in (4, 5) and all(x is None or _strings(x, 100) for x in c) for c in collectives):
+        raise MalformedReply("a collectives log that is not [api, group, dtype, device, shape] strings")
     fields: dict[str, Any] = {}
     try:
         if message["kind"] == "error":

@@ -1,7 +1,11 @@
 """Grades chapter 04 in one process (sharding is a pure function of rank and tp): the KV-head map,
 the fused QKV shard, every shard rule, and the streaming shard-then-merge loader, at tp 1, 2 and 4,
 in fp32 and bf16, with head_dim != hidden / heads, a vocabulary no tp > 1 divides, and more ranks
-than KV heads.
+than KV heads. Each contract's small domain is enumerated, every point of a test sent in one job:
+the vocabulary rule at every V = 1 .. 3 * tp for tp = 1 .. 4 (every padding pattern, shards that are
+all padding included), in contiguous and non-contiguous memory; the rank bounds at -1, 0, tp - 1 and
+tp; q, k and v with too few and too many rows; errors that must name the tensor; checkpoints of two
+layers streamed in shuffled order.
 
 Every full tensor holds 1, 2, 3, ... so each value names the element it came from, and a wrong
 shard can be described ("rank 1 got rows 0..7 of q_proj.weight").
@@ -15,7 +19,7 @@ import pytest
 import torch
 
 from exercises.grader import adapters
-from exercises.grader.checks import assert_value_error, changed
+from exercises.grader.checks import assert_ranks_raise_value_error, assert_returned, changed
 from exercises.grader.outcomes import WrongAnswer
 
 HEADS, KV_HEADS, HEAD_DIM, HIDDEN, INTERMEDIATE, VOCAB = 8, 2, 2, 6, 12, 11  # head_dim != 6 / 8
@@ -56,20 +60,31 @@ def _expected_kv(rank: int, tp: int, heads: int, kv_heads: int) -> tuple[int, in
 KV_CASES = [(8, 2, 1), (8, 2, 2), (8, 2, 4), (8, 1, 4), (8, 4, 2), (8, 8, 4), (6, 3, 3), (8, 2, 8)]  # heads, kv, tp
 
 
+def _kv_bad_cases() -> list[tuple[int, int, int, str]]:
+    """(rank, tp, kv, why) the map must refuse: tp that does not fit the KV heads, and each rank bound
+    (-1 below 0, tp past tp - 1) at every tp where the KV heads fit."""
+    cases = [(0, tp, kv, "tp does not fit the KV heads") for kv, tp in [(3, 2), (2, 3), (4, 3), (3, 4)]]
+    for kv, tp in [(2, 1), (2, 2), (1, 3), (2, 4), (8, 4)]:
+        cases += [(-1, tp, kv, "rank -1 is below 0"), (tp, tp, kv, f"rank {tp} is past tp - 1 = {tp - 1}")]
+    return cases + [(0, 0, 2, "no rank is in [0, 0)"), (0, -1, 2, "no rank is in [0, -1)")]
+
+
 @pytest.mark.task("04-weight-sharding/qkv-gqa", weight=3)
 def test_kv_heads_of_rank(impl):
-    for heads, kv, tp in KV_CASES:
-        for rank in range(tp):
-            got = adapters.kv_heads_of_rank(impl, rank, tp, kv)
-            expected = _expected_kv(rank, tp, heads, kv)
-            if not isinstance(got, tuple) or got != expected:
-                raise WrongAnswer(f"{kv} KV heads at tp={tp}: rank {rank} got (first, count) {got!r}, expected "
-                                  f"{expected} (its query heads {rank * heads // tp}..{(rank + 1) * heads // tp - 1} "
-                                  f"attend with KV head {expected[0]})")
-    for kv, tp in [(3, 2), (2, 3)]:
-        assert_value_error(f"kv_heads_of_rank(0, tp_size={tp}, num_kv_heads={kv})",
-                           lambda: adapters.kv_heads_of_rank(impl, 0, tp, kv))
-    assert_value_error("kv_heads_of_rank(rank=4, tp_size=4, ...)", lambda: adapters.kv_heads_of_rank(impl, 4, 4, 2))
+    good = [(heads, kv, tp, rank) for heads, kv, tp in KV_CASES for rank in range(tp)]  # 0 and tp - 1 included
+    bad = _kv_bad_cases()
+    results = adapters.one_batched(impl, [adapters.kv_heads_call(rank, tp, kv) for _, kv, tp, rank in good]
+                                   + [adapters.kv_heads_call(rank, tp, kv) for rank, tp, kv, _ in bad])
+    for (heads, kv, tp, rank), result in zip(good, results):
+        assert_returned(f"kv_heads_of_rank({rank}, tp_size={tp}, num_kv_heads={kv})", [result])
+        got, expected = result.value, _expected_kv(rank, tp, heads, kv)
+        if not isinstance(got, tuple) or got != expected:
+            raise WrongAnswer(f"{kv} KV heads at tp={tp}: rank {rank} got (first, count) {got!r}, which is not the "
+                              f"KV heads its query heads {rank * heads // tp}..{(rank + 1) * heads // tp - 1} attend "
+                              "with")
+    for (rank, tp, kv, why), result in zip(bad, results[len(good):]):
+        assert_ranks_raise_value_error(f"kv_heads_of_rank(rank={rank}, tp_size={tp}, num_kv_heads={kv}) ({why})",
+                                       [result])
 
 
 @pytest.mark.task("04-weight-sharding/qkv-gqa")
@@ -79,12 +94,14 @@ def test_shard_qkv(impl, heads, kv, tp, dtype):
     d = HEAD_DIM
     q = _numbered(heads * d, HIDDEN, dtype=dtype)
     k, v = _numbered(kv * d, HIDDEN, offset=1000, dtype=dtype), _numbered(kv * d, HIDDEN, offset=2000, dtype=dtype)
-    for rank in range(tp):
+    results = adapters.one_batched(impl, [adapters.shard_qkv_call(q, k, v, rank, tp, heads, kv, d)
+                                          for rank in range(tp)])
+    for rank, result in enumerate(results):
         first, count = _expected_kv(rank, tp, heads, kv)
         local = heads // tp
         expected = torch.cat([q[rank * local * d:(rank + 1) * local * d], k[first * d:(first + count) * d],
                               v[first * d:(first + count) * d]])
-        result = adapters.shard_qkv(impl, q, k, v, rank, tp, heads, kv, d)
+        assert_returned(f"shard_qkv with {heads} heads / {kv} KV heads at tp={tp}, rank {rank}", [result])
         got = result.value
         if result.changed:
             raise WrongAnswer(f"shard_qkv modified its inputs {changed(result, 'qkv')}; the caller still needs them")
@@ -102,33 +119,46 @@ def test_shard_qkv(impl, heads, kv, tp, dtype):
 @pytest.mark.task("04-weight-sharding/qkv-gqa")
 @pytest.mark.error_case
 def test_shard_qkv_rejects_what_does_not_split(impl):
-    q, k, v = (_numbered(heads * HEAD_DIM, HIDDEN) for heads in (HEADS, KV_HEADS, KV_HEADS))
-    k1, v1 = k[:HEAD_DIM], v[:HEAD_DIM]  # one KV head: 3 ranks may share it, but 8 query heads do not split 3 ways
-    assert_value_error("shard_qkv with 8 heads (1 KV head) at tp=3",
-                       lambda: adapters.shard_qkv(impl, q, k1, v1, 0, 3, HEADS, 1, HEAD_DIM))
-    assert_value_error("shard_qkv with a q of 14 rows for 8 heads of 2",
-                       lambda: adapters.shard_qkv(impl, q[:14], k, v, 0, 2, HEADS, KV_HEADS, HEAD_DIM))
+    d = HEAD_DIM
+    q, k, v = (_numbered(heads * d, HIDDEN) for heads in (HEADS, KV_HEADS, KV_HEADS))
+    more = {"q": _numbered(HEADS * d + d, HIDDEN), "k": _numbered(KV_HEADS * d + d, HIDDEN)}
+    k1, v1 = k[:d], v[:d]  # one KV head: 3 ranks may share it, but 8 query heads do not split 3 ways
+    cases = [("8 heads (1 KV head) at tp=3", (q, k1, v1, 0, 3, HEADS, 1, d)),
+             ("2 KV heads at tp=3 (8 heads do not split either)", (q, k, v, 0, 3, HEADS, KV_HEADS, d))]
+    for name, full, extra in (("q", q, more["q"]), ("k", k, more["k"]), ("v", v, more["k"])):
+        rows = full.shape[0]
+        for wrong in (full[:rows - 1], full[:rows - d], extra[:rows + 1], extra):  # too few rows, too many
+            parts = {"q": q, "k": k, "v": v, name: wrong}
+            cases.append((f"a {name} of {wrong.shape[0]} rows for {rows} ({HEADS if name == 'q' else KV_HEADS} heads "
+                          f"of {d})", (parts["q"], parts["k"], parts["v"], 1, 2, HEADS, KV_HEADS, d)))
+    results = adapters.one_batched(impl, [adapters.shard_qkv_call(*args) for _, args in cases])
+    for (what, _), result in zip(cases, results):
+        assert_ranks_raise_value_error(f"shard_qkv with {what}", [result])
 
 
 # ---- shard rules --------------------------------------------------------------------------------
-def _checkpoint(dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
-    """A one-layer Qwen2-like checkpoint (q/k/v biases, plus an o_proj bias and a q_norm) by name."""
-    layer = "model.layers.0."
-    shapes = {
-        "model.embed_tokens.weight": (VOCAB, HIDDEN),
-        layer + "input_layernorm.weight": (HIDDEN,),
-        layer + "self_attn.q_proj.weight": (HEADS * HEAD_DIM, HIDDEN), layer + "self_attn.q_proj.bias": (HEADS * HEAD_DIM,),
-        layer + "self_attn.k_proj.weight": (KV_HEADS * HEAD_DIM, HIDDEN), layer + "self_attn.k_proj.bias": (KV_HEADS * HEAD_DIM,),
-        layer + "self_attn.v_proj.weight": (KV_HEADS * HEAD_DIM, HIDDEN), layer + "self_attn.v_proj.bias": (KV_HEADS * HEAD_DIM,),
-        layer + "self_attn.o_proj.weight": (HIDDEN, HEADS * HEAD_DIM), layer + "self_attn.o_proj.bias": (HIDDEN,),
-        layer + "self_attn.q_norm.weight": (HEAD_DIM,),
-        layer + "post_attention_layernorm.weight": (HIDDEN,),
-        layer + "mlp.gate_proj.weight": (INTERMEDIATE, HIDDEN), layer + "mlp.up_proj.weight": (INTERMEDIATE, HIDDEN),
-        layer + "mlp.down_proj.weight": (HIDDEN, INTERMEDIATE),
-        "model.norm.weight": (HIDDEN,),
-        "lm_head.weight": (VOCAB, HIDDEN),
-        layer + "self_attn.rotary_emb.inv_freq": (HEAD_DIM // 2,),
-    }
+def _checkpoint(dtype: torch.dtype = torch.float32, layers: int = 1) -> dict[str, torch.Tensor]:
+    """A Qwen2-like checkpoint of `layers` layers (q/k/v biases, plus an o_proj bias and a q_norm) by name."""
+    shapes = {"model.embed_tokens.weight": (VOCAB, HIDDEN), "model.norm.weight": (HIDDEN,),
+              "lm_head.weight": (VOCAB, HIDDEN)}
+    for index in range(layers):
+        layer = f"model.layers.{index}."
+        shapes |= {
+            layer + "input_layernorm.weight": (HIDDEN,),
+            layer + "self_attn.q_proj.weight": (HEADS * HEAD_DIM, HIDDEN),
+            layer + "self_attn.q_proj.bias": (HEADS * HEAD_DIM,),
+            layer + "self_attn.k_proj.weight": (KV_HEADS * HEAD_DIM, HIDDEN),
+            layer + "self_attn.k_proj.bias": (KV_HEADS * HEAD_DIM,),
+            layer + "self_attn.v_proj.weight": (KV_HEADS * HEAD_DIM, HIDDEN),
+            layer + "self_attn.v_proj.bias": (KV_HEADS * HEAD_DIM,),
+            layer + "self_attn.o_proj.weight": (HIDDEN, HEADS * HEAD_DIM), layer + "self_attn.o_proj.bias": (HIDDEN,),
+            layer + "self_attn.q_norm.weight": (HEAD_DIM,),
+            layer + "post_attention_layernorm.weight": (HIDDEN,),
+            layer + "mlp.gate_proj.weight": (INTERMEDIATE, HIDDEN),
+            layer + "mlp.up_proj.weight": (INTERMEDIATE, HIDDEN),
+            layer + "mlp.down_proj.weight": (HIDDEN, INTERMEDIATE),
+            layer + "self_attn.rotary_emb.inv_freq": (HEAD_DIM // 2,),
+        }
     return {name: _numbered(*shape, offset=100_000 * i, dtype=dtype)
             for i, (name, shape) in enumerate(sorted(shapes.items()))}
 
@@ -145,8 +175,8 @@ def _expected_shard(name: str, full: torch.Tensor, rank: int, tp: int) -> torch.
     if module in ("o_proj", "down_proj") and kind == "weight":
         size = full.shape[1] // tp
         return full[:, rank * size:(rank + 1) * size]
-    if module in ("embed_tokens", "lm_head"):
-        size = -(-VOCAB // tp)
+    if module in ("embed_tokens", "lm_head"):  # full: the whole [V, hidden] table
+        size = -(-full.shape[0] // tp)
         shard = torch.zeros(size, full.shape[1], dtype=full.dtype)
         rows = full[rank * size:(rank + 1) * size]
         shard[:len(rows)] = rows
@@ -154,45 +184,91 @@ def _expected_shard(name: str, full: torch.Tensor, rank: int, tp: int) -> torch.
     return full
 
 
+def _shard_problem(name: str, full: torch.Tensor, result, expected: torch.Tensor) -> str | None:
+    """What is wrong with one shard_tensor result, in words; None when it is right."""
+    got = result.value
+    if result.error is not None:
+        if result.error["not_implemented"]:
+            raise NotImplementedError(result.error["message"])
+        return f"raised {result.error['type']}: {result.error['message']}"
+    if "tensor" in changed(result, ("name", "tensor")):
+        return "shard_tensor modified the full tensor"
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape or not torch.equal(got, expected):
+        return f"got {_where(full, got) if isinstance(got, torch.Tensor) else type(got).__name__}; " \
+               f"expected {_where(full, expected)}"
+    if got.dtype != full.dtype:
+        return f"dtype {got.dtype}, expected {full.dtype} (keep the checkpoint's)"
+    if result.aliased:
+        return ("the result is a view of the full tensor, which then stays alive as long as the shard does; return "
+                "a copy (.clone())")
+    return None
+
+
 @pytest.mark.task("04-weight-sharding/shard-rules", weight=4)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("tp", TP_SIZES, ids=[f"tp{tp}" for tp in TP_SIZES])
 def test_shard_rules(impl, tp, dtype):
-    config, problems = _config(), []
-    for name, full in _checkpoint(dtype).items():
-        if "rotary_emb" in name:
-            continue
-        for rank in range(tp):
-            expected = _expected_shard(name, full, rank, tp)
-            result = adapters.shard_tensor(impl, name, full, rank, tp, config)
-            got = result.value
-            if "tensor" in changed(result, ("name", "tensor")):
-                problems.append(f"{name} rank {rank}: shard_tensor modified the full tensor")
-            elif not isinstance(got, torch.Tensor) or got.shape != expected.shape or not torch.equal(got, expected):
-                where = _where(full, got) if isinstance(got, torch.Tensor) else type(got).__name__
-                problems.append(f"{name} rank {rank}: got {where}; expected {_where(full, expected)}")
-            elif got.dtype != dtype:
-                problems.append(f"{name} rank {rank}: dtype {got.dtype}, expected {dtype} (keep the checkpoint's)")
-            elif result.aliased:
-                problems.append(f"{name} rank {rank}: the result is a view of the full tensor, which then stays "
-                                "alive as long as the shard does; return a copy (.clone())")
-            else:
-                continue
-            break
+    config = _config()
+    points = [(name, full, rank) for name, full in _checkpoint(dtype).items() if "rotary_emb" not in name
+              for rank in range(tp)]
+    results = adapters.one_batched(impl, [adapters.shard_tensor_call(name, full, rank, tp, config)
+                                          for name, full, rank in points])
+    problems, reported = [], set()
+    for (name, full, rank), result in zip(points, results):
+        if name not in reported and (problem := _shard_problem(name, full, result,
+                                                               _expected_shard(name, full, rank, tp))):
+            problems.append(f"{name} rank {rank}: {problem}")
+            reported.add(name)
     if problems:
         raise WrongAnswer(f"shard_tensor at tp={tp}, {len(problems)} tensors wrong:\n  " + "\n  ".join(problems))
+
+
+VOCAB_TP_SIZES = [1, 2, 3, 4]
+
+
+@pytest.mark.task("04-weight-sharding/shard-rules", weight=4)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_vocab_shard_rule_at_every_padding(impl, dtype):
+    """embed_tokens and lm_head at every V = 1 .. 3 * tp for tp = 1 .. 4, every rank: no padding, one
+    short shard, two padded shards, shards that are all padding; the table in contiguous memory and not."""
+    points = [(name, vocab, tp, rank, layout) for tp in VOCAB_TP_SIZES for vocab in range(1, 3 * tp + 1)
+              for rank in range(tp) for name in ("model.embed_tokens.weight", "lm_head.weight")
+              for layout in ("contiguous", "non-contiguous")]
+    tables = {vocab: _numbered(vocab, 3, dtype=dtype) for vocab in range(1, 3 * max(VOCAB_TP_SIZES) + 1)}
+    configs = {vocab: {**_config(), "vocab_size": vocab} for vocab in tables}
+    requests = []
+    for name, vocab, tp, rank, layout in points:
+        request = adapters.shard_tensor_call(name, tables[vocab], rank, tp, configs[vocab])
+        requests.append(adapters.noncontiguous(request, 1) if layout != "contiguous" else request)
+    for (name, vocab, tp, rank, layout), result in zip(points, adapters.one_batched(impl, requests)):
+        full = tables[vocab]
+        if problem := _shard_problem(name, full, result, _expected_shard(name, full, rank, tp)):
+            size = -(-vocab // tp)
+            raise WrongAnswer(f"shard_tensor({name}, V={vocab}, tp={tp}: shards of {size} rows, {layout} table), "
+                              f"rank {rank} (its ids {rank * size}..{(rank + 1) * size - 1}, of which "
+                              f"{max(0, min(size, vocab - rank * size))} are real): {problem}")
 
 
 @pytest.mark.task("04-weight-sharding/shard-rules")
 @pytest.mark.error_case
 def test_shard_rules_reject_uneven_splits(impl):
+    """Every uneven split is refused, naming the tensor (the column and row splits) at every tp that does
+    not divide, whatever the rank; KV heads that do not fit tp are refused too."""
     config, layer = _config(), "model.layers.0."
-    for name, shape, tp in ((layer + "mlp.gate_proj.weight", (INTERMEDIATE, HIDDEN), 5),
-                            (layer + "self_attn.o_proj.weight", (HIDDEN, 18), 4),
-                            (layer + "self_attn.k_proj.weight", (KV_HEADS * HEAD_DIM, HIDDEN), 3)):
-        full = _numbered(*shape)
-        assert_value_error(f"shard_tensor({name} of shape {shape}, tp={tp})",
-                           lambda: adapters.shard_tensor(impl, name, full, 0, tp, config))
+    cases = [(layer + "mlp.gate_proj.weight", (INTERMEDIATE, HIDDEN), tp, rank) for tp in (5, 7, 8)
+             for rank in (0, tp - 1)]
+    cases += [(layer + "self_attn.q_proj.bias", (HEADS * HEAD_DIM,), 3, 1)]
+    cases += [(layer + "self_attn.o_proj.weight", (HIDDEN, 18), tp, rank) for tp in (4, 5) for rank in (0, tp - 1)]
+    cases += [(layer + "mlp.down_proj.weight", (HIDDEN, INTERMEDIATE), 5, 2)]
+    kv_cases = [(layer + f"self_attn.{kind}_proj.weight", (KV_HEADS * HEAD_DIM, HIDDEN), 3, rank)
+                for kind in ("k", "v") for rank in (0, 2)]
+    points = cases + kv_cases
+    results = adapters.one_batched(impl, [adapters.shard_tensor_call(name, _numbered(*shape), rank, tp, config)
+                                          for name, shape, tp, rank in points])
+    for (name, shape, tp, rank), result in zip(points, results):
+        named = (name, shape, tp, rank) in cases
+        assert_ranks_raise_value_error(f"shard_tensor({name} of shape {shape}, rank {rank}, tp={tp})", [result],
+                                       mentions=name if named else "")
 
 
 # ---- streaming shard, then merge ----------------------------------------------------------------
@@ -230,47 +306,69 @@ def _order(names: list[str], order: str) -> list[str]:
     return sorted(names, reverse=order == "reversed")
 
 
+# a shuffled checkpoint has two layers: their parts interleave, so a fused tensor is told by its layer too
 STREAM_CASES = [(tp, tied, order, torch.float32) for tp in TP_SIZES for tied in (False, True)
                 for order in ("sorted", "reversed", "shuffled")] + [(2, False, "shuffled", torch.bfloat16)]
+
+
+def _stream_problem(where: str, result, expected: list, dtype: torch.dtype) -> str | None:
+    if result.error is not None:
+        if result.error["not_implemented"]:
+            raise NotImplementedError(result.error["message"])
+        return f"{where}: raised {result.error['type']}: {result.error['message']}"
+    got = result.value if isinstance(result.value, list) else []
+    if not all(isinstance(item, tuple) and len(item) == 3 and isinstance(item[0], str) for item in got):
+        return f"{where}: shard_and_merge should yield (name, tensor) pairs, got {result.value!r:.200}"
+    missing = sorted({n for n, _, _ in expected} - {n for n, _, _ in got})
+    extra = sorted({n for n, _, _ in got} - {n for n, _, _ in expected})
+    if missing or extra:
+        return f"{where}: missing {missing}, unexpected {extra}"
+    wanted = {n: (t, i) for n, t, i in expected}
+    for name, tensor, after in got:
+        t, i = wanted[name]
+        if not isinstance(tensor, torch.Tensor) or tensor.shape != t.shape or not torch.equal(tensor, t):
+            return (f"{where}: {name} differs from the expected {tuple(t.shape)} tensor (shard each part first, then "
+                    "cat in q, k, v / gate, up order, the parts of this layer's tensor)")
+        if tensor.dtype != dtype:
+            return f"{where}: {name} has dtype {tensor.dtype}, expected the checkpoint's {dtype}"
+        if after != i:
+            return (f"{where}: {name} was yielded after reading {after + 1} tensors; it was complete after {i + 1} "
+                    "(stream: yield each tensor as soon as it is complete)")
+    if result.extra.get("kept_alive") is not None:
+        return (f"{where}: the full tensor {result.extra['kept_alive']} was still alive two tensors later: keep the "
+                "shards, not the full tensors, and yield copies, never views of them")
+    return None
 
 
 @pytest.mark.task("04-weight-sharding/shard-then-merge")
 @pytest.mark.parametrize("tp,tied,order,dtype", STREAM_CASES, ids=[
     f"tp{tp}-{'tied' if tied else 'untied'}-{order}-{str(dtype)[6:]}" for tp, tied, order, dtype in STREAM_CASES])
 def test_shard_and_merge(impl, tp, tied, order, dtype):
-    checkpoint, config = _checkpoint(dtype), _config(tied)
+    checkpoint, config = _checkpoint(dtype, layers=2 if order == "shuffled" else 1), _config(tied)
+    config["num_hidden_layers"] = 2 if order == "shuffled" else 1
     names = _order(list(checkpoint), order)
-    for rank in range(tp):
-        expected = _expected_stream(checkpoint, names, rank, tp, tied)
-        where = f"tp={tp} rank {rank}, {order} checkpoint order{', tied' if tied else ''}, {dtype}"
-        result = adapters.shard_and_merge(impl, [(name, checkpoint[name]) for name in names], rank, tp, config)
-        got = result.value if isinstance(result.value, list) else []
-        if not all(isinstance(item, tuple) and len(item) == 3 and isinstance(item[0], str) for item in got):
-            raise WrongAnswer(f"{where}: shard_and_merge should yield (name, tensor) pairs, got {result.value!r:.200}")
-        missing = sorted({n for n, _, _ in expected} - {n for n, _, _ in got})
-        extra = sorted({n for n, _, _ in got} - {n for n, _, _ in expected})
-        if missing or extra:
-            raise WrongAnswer(f"{where}: missing {missing}, unexpected {extra}")
-        wanted = {n: (t, i) for n, t, i in expected}
-        for name, tensor, after in got:
-            t, i = wanted[name]
-            if not isinstance(tensor, torch.Tensor) or tensor.shape != t.shape or not torch.equal(tensor, t):
-                raise WrongAnswer(f"{where}: {name} differs from the expected {tuple(t.shape)} tensor (shard each part "
-                                  "first, then cat in q, k, v / gate, up order)")
-            if tensor.dtype != dtype:
-                raise WrongAnswer(f"{where}: {name} has dtype {tensor.dtype}, expected the checkpoint's {dtype}")
-            if after != i:
-                raise WrongAnswer(f"{where}: {name} was yielded after reading {after + 1} tensors; it was complete "
-                                  f"after {i + 1} (stream: yield each tensor as soon as it is complete)")
-        if result.extra.get("kept_alive") is not None:
-            raise WrongAnswer(f"{where}: the full tensor {result.extra['kept_alive']} was still alive two tensors "
-                              "later: keep "
-                              "the shards, not the full tensors, and yield copies, never views of them")
+    stream = [(name, checkpoint[name]) for name in names]
+    results = adapters.one_batched(impl, [adapters.shard_and_merge_call(stream, rank, tp, config)
+                                          for rank in range(tp)])
+    for rank, result in enumerate(results):
+        where = (f"tp={tp} rank {rank}, {order} checkpoint order ({config['num_hidden_layers']} layer(s))"
+                 f"{', tied' if tied else ''}, {dtype}")
+        if problem := _stream_problem(where, result, _expected_stream(checkpoint, names, rank, tp, tied), dtype):
+            raise WrongAnswer(problem)
 
 
 @pytest.mark.task("04-weight-sharding/shard-then-merge")
 @pytest.mark.error_case
 def test_shard_and_merge_names_missing_parts(impl):
-    checkpoint = sorted((n, t) for n, t in _checkpoint().items() if "v_proj" not in n)
-    assert_value_error("shard_and_merge of a checkpoint without v_proj",
-                       lambda: adapters.shard_and_merge(impl, checkpoint, 0, 2, _config()))
+    """A checkpoint of two layers that ends with one fused tensor still missing a part: the ValueError
+    names that tensor (layer and all), whichever layer and part it is."""
+    full = _checkpoint(layers=2)
+    config = {**_config(), "num_hidden_layers": 2}
+    cases = [("model.layers.1.self_attn.v_proj.", "model.layers.1.self_attn.qkv_proj.weight"),
+             ("model.layers.0.self_attn.q_proj.", "model.layers.0.self_attn.qkv_proj.weight"),
+             ("model.layers.1.mlp.up_proj.", "model.layers.1.mlp.gate_up_proj.weight")]
+    requests = [adapters.shard_and_merge_call(sorted((n, t) for n, t in full.items() if not n.startswith(dropped)),
+                                              0, 2, config) for dropped, _ in cases]
+    for (dropped, fused), result in zip(cases, adapters.one_batched(impl, requests)):
+        assert_ranks_raise_value_error(f"shard_and_merge of a two-layer checkpoint without {dropped}*", [result],
+                                       mentions=fused)

@@ -1,7 +1,7 @@
 """What a sandboxed grader rank records about collectives (chapter 00 explains the grader).
 
-While a learner's function runs, every collective it makes is logged with its group, dtype and
-device, whether it called torch.distributed directly or went through minisgl.distributed, so the
+While a learner's function runs, every collective it makes is logged with its group, and the dtype,
+device and shape of the first tensor it hands over (the payload), whether it called torch.distributed directly or went through minisgl.distributed, so the
 grader can check that the collective the chapter teaches is the one used, on the group it was
 given. All job long, each rank also counts the torch.distributed collectives it enters in a small
 file the grader maps (`progress`): when a job hangs, that names the rank that never joined the
@@ -67,9 +67,13 @@ class Recorder:
     def __init__(self, progress: Progress, groups: dict[str, Any]) -> None:
         self.progress = progress
         self.group_names = {id(group): name for name, group in groups.items() if group is not None}
-        self.log: list[list[str | None]] = []  # [api, group, dtype, device] per collective
+        self.log: list[list[str | None]] = []  # [api, group, dtype, device, shape "2,11"] per collective
         self.recording = False
         self._seam_depth = 0
+
+    def name_group(self, name: str, group: Any) -> None:
+        """A group made after install (child/jobs.py: Context.group) is logged by its name too."""
+        self.group_names[id(group)] = name
 
     def start_job(self) -> None:
         self.log = []
@@ -97,8 +101,11 @@ class Recorder:
     def _record(self, api: str, group: str, tensor: Any) -> None:
         if self.recording and self._seam_depth == 0:
             tensor = _first_tensor(tensor)
-            self.log.append([api, group, None if tensor is None else str(tensor.dtype).removeprefix("torch."),
-                             None if tensor is None else tensor.device.type])
+            if tensor is None:
+                self.log.append([api, group, None, None, None])
+            else:
+                self.log.append([api, group, str(tensor.dtype).removeprefix("torch."), tensor.device.type,
+                                 ",".join(str(size) for size in tensor.shape)])
 
     def _wrap_torch(self, index: int, original: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(original)

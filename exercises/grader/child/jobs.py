@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,10 +39,23 @@ class Context:
     trees: list[Any] = field(default_factory=list)  # radix trees built from this job's arguments
     notes: dict[str, int] = field(default_factory=dict)  # counts a job reports even when the call raised
 
+    def group(self, name: str) -> Any:
+        """A group by name; "strided" (the ranks of this rank's parity: {0, 2} and {1, 3} at world
+        size 4) is made the first time a job asks for it, on every rank at once (jobs run on all)."""
+        if name == "strided" and name not in self.groups and self.world_size > 1:
+            import torch.distributed as dist
+
+            for parity in (0, 1):
+                made = dist.new_group(list(range(parity, self.world_size, 2)), backend="gloo")
+                if self.rank % 2 == parity:
+                    self.groups[name] = made
+                    self.recorder.name_group(name, made)
+        return self.groups[name]
+
     def resolve(self, tag: str, payload: Any) -> Any:
         """The grader's stand-ins in a job's arguments."""
         if tag == "group":
-            return self.groups[payload]
+            return self.group(payload)
         if tag == "device":
             return self.device
         if tag == "model_config":
@@ -77,6 +91,13 @@ def _to_device(value: Any, device: Any) -> Any:
     return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
+def _strided(tensor: Any) -> Any:
+    """`tensor`'s values in a non-contiguous layout (every element a stride of 2 apart)."""
+    spread = tensor.new_zeros(*tensor.shape, 2)
+    spread[..., 0] = tensor
+    return spread[..., 0]
+
+
 def _shares_memory(result: Any, inputs: list[Any]) -> bool:
     import torch
 
@@ -105,6 +126,8 @@ def call(ctx: Context, request: dict) -> dict:
     args = decode(request["args"], ctx.resolve)
     if request.get("on_device"):
         args = [_to_device(a, ctx.device) for a in args]
+    for index in request.get("strided") or ():  # the same values in memory that is not contiguous
+        args[index] = _strided(args[index])
     before = _snapshot(args) if request.get("watch") else None
     with tp_view(request.get("tp")), ctx.recorder.learner_calls():
         value = fn(*args)
@@ -231,7 +254,7 @@ def unique_id(ctx: Context, request: dict) -> dict:
         return mine
 
     with ctx.recorder.learner_calls():
-        got = fn(create_id, ctx.groups[request["group"]])
+        got = fn(create_id, ctx.group(request["group"]))
     return {"value": encode(got), "calls": len(calls)}
 
 
@@ -246,7 +269,7 @@ def receive(ctx: Context, request: dict) -> dict:
     from minisgl.scheduler.io import ZmqIO
 
     fn = learner.function("ch06_rank0_broadcast", "receive_step")
-    group = ctx.groups[request["group"]]
+    group = ctx.group(request["group"])
     tp_info = DistributedInfo(dist.get_rank(group), dist.get_world_size(group))
     where = os.path.join(request["ipc_dir"], f"group{dist.get_global_rank(group, 0)}")  # one set of sockets per group
     os.makedirs(where, exist_ok=True)
@@ -349,20 +372,56 @@ def _rank_errors(log: str) -> str:
     return ("; ranks said: " + " | ".join(lines[-3:])) if lines else ""
 
 
+# ---- many points of a contract in one round trip ----------------------------------------------
+class BatchStopped(Exception):
+    """A job of a batch sent with `stop_on_error` raised: the batch ends with that job's error."""
+
+    def __init__(self, reply: dict) -> None:
+        super().__init__()
+        self.reply = reply
+
+
+def batch(ctx: Context, request: dict) -> dict:
+    """Each job of request["jobs"] in turn, each replied to as `run` replies to one job (its own
+    collectives included). The replies travel as one JSON string, which the grader checks reply by
+    reply as it checks any reply. One that raises does not stop the others, unless the batch says
+    `stop_on_error`: then the batch ends with that error, its label first ("V=5, tp=4: ..."), so a
+    rank that raised never joins the next job's collectives while the other ranks are still in this
+    job's."""
+    replies = []
+    for job in request["jobs"]:
+        if job.get("job") == "batch":
+            continue
+        replies.append(_one(ctx, job))
+        if replies[-1]["kind"] == "error" and request.get("stop_on_error"):
+            error = dict(replies[-1]["error"])
+            if type(job.get("label")) is str:
+                error["message"] = f"{job['label'][:400]}: {error['message']}"
+            raise BatchStopped({**replies[-1], "error": error})
+    return {"value": json.dumps(replies)}
+
+
 JOBS: dict[str, Callable[[Context, dict], dict]] = {
     "call": call, "stream": stream, "launch": launch, "unique_id": unique_id, "receive": receive,
-    "capstone": capstone,
+    "capstone": capstone, "batch": batch,
 }
+
+
+def _one(ctx: Context, request: dict) -> dict:
+    start = len(ctx.recorder.log)
+    ctx.trees, ctx.notes = [], {}
+    try:
+        reply = {"kind": "ok", **JOBS[request["job"]](ctx, request)}
+    except BatchStopped as stopped:
+        return {**stopped.reply, "collectives": ctx.recorder.log[start:]}
+    except BaseException as error:  # noqa: BLE001 - SystemExit included: the learner's code ended the call
+        reply = {"kind": "error", "error": learner.describe(error, ctx.roots), "notes": ctx.notes}
+    reply["collectives"] = ctx.recorder.log[start:]
+    return reply
 
 
 def run(ctx: Context, request: dict) -> dict:
     """One job: {"kind": "ok", ...} or {"kind": "error", "error": ...}, with the collectives made."""
     ctx.recorder.start_job()
-    ctx.trees, ctx.notes = [], {}
-    try:
-        reply = {"kind": "ok", **JOBS[request["job"]](ctx, request)}
-    except BaseException as error:  # noqa: BLE001 - SystemExit included: the learner's code ended the call
-        reply = {"kind": "error", "error": learner.describe(error, ctx.roots), "notes": ctx.notes}
-    reply["collectives"] = ctx.recorder.log
-    return reply
+    return _one(ctx, request)
 

@@ -60,7 +60,8 @@ def test_lm_head_fresh_vocabulary(run_ranks, world_size):
     assert_ranks_close(f"parallel_lm_head, V={vocab}, hidden {hidden_size}, {positions} positions (seed {SEED})",
                        [r.value for r in results], F.linear(hidden.double(), table.double()), torch.float32,
                        tolerance(torch.float32, hidden_size, roundings=1))
-    assert_collectives("parallel_lm_head", results, {SEAM_ALL_GATHER: 1})
+    assert_collectives("parallel_lm_head", results, {SEAM_ALL_GATHER: 1},
+                       {SEAM_ALL_GATHER: ((positions, -(-vocab // world_size)), "this rank's [n, shard_size] logits")})
 
 
 @pytest.mark.task("04-weight-sharding/qkv-gqa")
