@@ -46,7 +46,7 @@ def test_a_wrong_mutant_is_killed_and_an_equivalent_one_survives(tmp_path: Path)
     written = report.read_text()
     assert f"- `ch03_communication_init.py:{same.line}` {same.operator} `" in written
     assert written.count("equivalent: a rank is never negative") == 1
-    assert "| `unique-id` | 2 | 1 | 1 | 50% |" in written and "2 mutants, 1 killed, 1 survived" in written
+    assert "| `unique-id` | 2 | 1 | 1 | 50% |" in written and "2 mutants, 1 killed, 1 survived (1 equivalent, 0 open)" in written
     assert mutants._verdicts(written) == {key: "equivalent: a rank is never negative"}
 
 
