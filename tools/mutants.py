@@ -296,6 +296,25 @@ def chapters_with_tasks() -> list[str]:
             if task_functions(ROOT / "exercises" / p.name)]
 
 
+def grade_chapters(chapters: list[str], limit: int | None, batch: int, report: Path) -> None:
+    """Grade each chapter's mutants (a sample of `limit`, if given), `batch` to a run of the grader,
+    and write its section of `report` as soon as it is done."""
+    verdicts = _verdicts(report.read_text()) if report.is_file() else {}
+    new_sections = {}
+    with tempfile.TemporaryDirectory(prefix="minisgl-mutants-") as work:
+        for chapter in chapters:
+            start = time.monotonic()
+            every = chapter_mutants(chapter)
+            chosen = sample(every, limit)
+            outcomes = []
+            for first in range(0, len(chosen), batch):
+                outcomes += grade(chosen[first:first + batch], Path(work))
+                print(f"ch{chapter}: {len(outcomes)} / {len(chosen)} graded, "
+                      f"{sum(not o.killed for o in outcomes)} survived", flush=True)
+            new_sections[chapter] = section(chapter, outcomes, len(every), time.monotonic() - start, verdicts)
+            write_report(report, new_sections)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chapters", help="comma-separated, e.g. 05,04 (default: every chapter with a task)")
@@ -311,20 +330,11 @@ def main() -> int:
         parser.error(f"no task in chapter {unknown[0]!r}; chapters with tasks: {', '.join(known)}")
     if (args.limit is not None and args.limit < 1) or args.batch < 1:
         parser.error("--limit and --batch take a number of mutants, at least 1")
-    verdicts = _verdicts(args.report.read_text()) if args.report.is_file() else {}
-    new_sections = {}
-    with tempfile.TemporaryDirectory(prefix="minisgl-mutants-") as work:
-        for chapter in chapters:
-            start = time.monotonic()
-            every = chapter_mutants(chapter)
-            chosen = sample(every, args.limit)
-            outcomes = []
-            for first in range(0, len(chosen), args.batch):
-                outcomes += grade(chosen[first:first + args.batch], Path(work))
-                print(f"ch{chapter}: {len(outcomes)} / {len(chosen)} graded, "
-                      f"{sum(not o.killed for o in outcomes)} survived", flush=True)
-            new_sections[chapter] = section(chapter, outcomes, len(every), time.monotonic() - start, verdicts)
-            write_report(args.report, new_sections)  # each chapter is kept as soon as it is graded
+    try:
+        grade_chapters(chapters, args.limit, args.batch, args.report)
+    except KeyboardInterrupt:
+        print("mutants: interrupted; the chapters graded before are in the report", file=sys.stderr)
+        return 130
     print(f"wrote {args.report}")
     return 0
 
