@@ -15,7 +15,7 @@ results.json. At world size 2 only: a mistake that only 4 ranks show survives he
 mutants cover the one clause that needs them). Two kinds of place are left out, since no grade could
 ever see them: type annotations (every solution file has `from __future__ import annotations`, so
 they are never evaluated) and a mutation that writes the source unchanged. A run of every chapter
-takes about 80 minutes on 2 cores; `--limit` grades a sample.
+takes about an hour on 2 cores; `--limit` grades a sample.
 
 A mutant belongs to the tasks whose functions reach the line it changes: the function the exercise
 stub marks with `raise NotImplementedError("<task id>")`, and the helpers and constants it names.
