@@ -122,4 +122,14 @@ student-release:
 autograder:
 	rm -f build/autograder.zip
 	$(PYTHON) tools/release.py autograder build/autograder.zip
+
+# The grader measured by mutation (tools/mutants.py, Cosmic Ray's operators over solutions/): every
+# chapter's mutants graded, survivors written to exercises/MUTANTS.md. About an hour on 2 cores, so
+# never part of `make test`; mutants-sample grades 10 a chapter (minutes) into build/MUTANTS-sample.md.
+.PHONY: mutants mutants-sample
+mutants: install
+	$(PY) tools/mutants.py
+
+mutants-sample: install
+	$(PY) tools/mutants.py --limit 10 --report build/MUTANTS-sample.md
 # <<< instructor-only

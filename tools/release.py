@@ -35,6 +35,8 @@ INSTRUCTOR_ONLY = (  # paths (files or folders) a student release leaves out
     "tests/test_release.py",
     "tests/test_quiz_design.py",
     "tests/test_redteam.py",
+    "tests/test_mutants.py",
+    "exercises/MUTANTS.md",
     "tests/redteam",
     "tools",
 )
