@@ -14,6 +14,7 @@ grader's self-test points it at mutated copies of `solutions/`) or an importable
 from __future__ import annotations
 
 import importlib.util
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,8 +162,6 @@ def batch(requests: list[Request], labels: list[str] | None = None, stop_on_erro
 def unbatch(result: RankResult) -> list[RankResult]:
     """A batch's result, one RankResult per request (`.error` set where the learner's call raised),
     each reply checked as the sandbox checks any reply; WrongAnswer when they cannot be read."""
-    import json
-
     from .sandbox import MalformedReply, check_reply
 
     try:
