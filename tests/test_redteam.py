@@ -149,8 +149,7 @@ def _run_bundle(bundle: Path, work: Path, submission: Path, pytest_args: str) ->
 @pytest.fixture(scope="module")
 def graded(bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     work = tmp_path_factory.mktemp("redteam")
-    mark = Path(tempfile.mkdtemp(prefix="redteam-marks-"))
-    mark.chmod(0o777)  # the cheats leave notes here, whatever user they run as
+    mark = _marks_folder("redteam-marks-")
     run = _run_bundle(bundle, work, _submission(work, mark), "--world-sizes 2 --rank-timeout 8")
     # a daemon that survived the grade would rewrite it (it looks every 0.5 s): read the grade again
     # once every daemon the submission started is gone, or after a generous wait for them to go
@@ -160,6 +159,29 @@ def graded(bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     results_path = run.pop("results_path")
     yield run | {"later": results_path.read_text() if results_path.is_file() else None, "mark": mark}
     shutil.rmtree(mark, ignore_errors=True)
+
+
+def _marks_folder(prefix: str) -> Path:
+    """A folder the cheats leave notes in, whatever user they run as."""
+    mark = Path(tempfile.mkdtemp(prefix=prefix))
+    mark.chmod(0o777)
+    return mark
+
+
+def _messages(run: dict) -> str:
+    """Everything a grade showed: each test's output in results.json and what the run printed."""
+    return "\n".join(t["output"] for t in json.loads(run["first"])["tests"]) + run["output"]
+
+
+def _key_lines() -> set[str]:
+    """The answer lines of every quiz key (`Qn = ...`)."""
+    return {line.strip() for path in quiz.KEYS_DIR.glob("ch*.py") for line in path.read_text().splitlines()
+            if re.match(r"Q\d+ = ", line)}
+
+
+def _assert_full_marks(run: dict, task: str) -> None:
+    score, top = _scores(run)[task]
+    assert score == top == task_points(task) > 0, f"{task}: {score} of {top}"
 
 
 def _live_daemons(mark: Path) -> list[int]:
@@ -218,8 +240,7 @@ def test_every_cheating_quiz_scores_zero_and_says_why(graded):
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)
 @pytest.mark.parametrize("task", HONEST)
 def test_honest_work_beside_the_cheats_earns_full_marks(graded, task):
-    score, top = _scores(graded)[task]
-    assert score == top == task_points(task) > 0, f"{task}: {score} of {top}"
+    _assert_full_marks(graded, task)
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)
@@ -230,14 +251,12 @@ def test_nothing_the_submission_started_outlives_the_grade(graded):
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)
 def test_no_message_shows_a_key_or_a_hidden_test(graded):
-    outputs = "\n".join(t["output"] for t in json.loads(graded["first"])["tests"]) + graded["output"]
+    outputs = _messages(graded)
     public = "\n".join(path.read_text() for path in (REPO / "exercises" / "tests").glob("test_*.py"))
     hidden = [line.strip() for path in (REPO / "exercises" / "tests" / "hidden").glob("*.py")
               for line in path.read_text().splitlines() if len(line.strip()) >= 25 and line.strip() not in public]
     assert not [line for line in hidden if line in outputs]
-    keys = {line.strip() for path in quiz.KEYS_DIR.glob("ch*.py") for line in path.read_text().splitlines()
-            if re.match(r"Q\d+ = ", line)}
-    assert not [line for line in keys if line in outputs]
+    assert not [line for line in _key_lines() if line in outputs]
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)
@@ -303,8 +322,7 @@ def _submission_2(work: Path, mark: Path, keys: Path) -> Path:
 @pytest.fixture(scope="module")
 def graded_2(bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     work = tmp_path_factory.mktemp("redteam2")
-    mark = Path(tempfile.mkdtemp(prefix="redteam2-marks-"))
-    mark.chmod(0o777)
+    mark = _marks_folder("redteam2-marks-")
     (mark / "progress-target").write_text("untouched")  # root's, readable by all
     keys = work / "autograder" / "source" / "solutions" / "quizzes"
     ignore = " ".join(f"--ignore=exercises/tests/{p.name}" for p in (REPO / "exercises" / "tests").glob("test_*.py")
@@ -340,16 +358,13 @@ def test_round2_linked_keys_score_no_quiz(graded_2):
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)
 @pytest.mark.parametrize("task", HONEST_2)
 def test_round2_honest_work_earns_full_marks(graded_2, task):
-    score, top = _scores(graded_2)[task]
-    assert score == top == task_points(task) > 0, f"{task}: {score} of {top}"
+    _assert_full_marks(graded_2, task)
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)
 def test_round2_no_message_shows_a_key(graded_2):
-    outputs = "\n".join(t["output"] for t in json.loads(graded_2["first"])["tests"]) + graded_2["output"]
-    keys = {line.strip() for path in quiz.KEYS_DIR.glob("ch*.py") for line in path.read_text().splitlines()
-            if re.match(r"Q\d+ = ", line)}
-    assert not [line for line in keys if line in outputs]
+    outputs = _messages(graded_2)
+    assert not [line for line in _key_lines() if line in outputs]
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)

@@ -36,33 +36,31 @@ def settle(records: Iterable[Outcome]) -> None:
     """Apply every rule: a passed test whose points wait on others that did not pass is failed,
     with a one-line reason. A failed test keeps its own message."""
     graded = [r for r in records if r.outcome != "skipped"]
-    _error_cases(graded)
-    _capstone(graded)
+    by_task: dict[tuple[str, str], list[Outcome]] = {}  # (task, impl) -> its graded tests
+    for record in graded:
+        by_task.setdefault((record.task, record.impl), []).append(record)
+    _error_cases(graded, by_task)
+    _capstone(graded, by_task)
 
 
-def _error_cases(records: list[Outcome]) -> None:
-    values: dict[tuple[str, str], list[Outcome]] = {}
-    for record in records:
-        if not record.error_case:
-            values.setdefault((record.task, record.impl), []).append(record)
+def _error_cases(records: list[Outcome], by_task: dict[tuple[str, str], list[Outcome]]) -> None:
     for record in records:
         if record.error_case and record.outcome == "passed":
-            mine = values.get((record.task, record.impl), [])
-            if not mine:
+            values = [r for r in by_task[(record.task, record.impl)] if not r.error_case]
+            if not values:
                 _fail(record, f"{ERRORS_WAIT}, and none of them ran in this grade")
-            elif not all(r.outcome == "passed" for r in mine):
-                failed = sum(r.outcome != "passed" for r in mine)
-                _fail(record, f"{ERRORS_WAIT}; {failed} of its {len(mine)} value cases did not")
+            elif not all(r.outcome == "passed" for r in values):
+                failed = sum(r.outcome != "passed" for r in values)
+                _fail(record, f"{ERRORS_WAIT}; {failed} of its {len(values)} value cases did not")
 
 
-def _capstone(records: list[Outcome]) -> None:
+def _capstone(records: list[Outcome], by_task: dict[tuple[str, str], list[Outcome]]) -> None:
     needed = [task for task in TASK_POINTS if chapter_of(task) in CAPSTONE_NEEDS]
     for record in records:
         if record.task != CAPSTONE or record.outcome != "passed":
             continue
         missing = [task for task in needed
-                   if not (mine := [r for r in records if r.task == task and r.impl == record.impl])
-                   or not all(r.outcome == "passed" for r in mine)]
+                   if not (mine := by_task.get((task, record.impl))) or not all(r.outcome == "passed" for r in mine)]
         if missing:
             chapters = sorted({chapter_of(task) for task in missing})
             _fail(record, f"the capstone counts once chapters {', '.join(CAPSTONE_NEEDS)} pass in the same grade "
